@@ -1,0 +1,1 @@
+"""The command-line interface. Commands are thin: parse, call one engine function, render."""

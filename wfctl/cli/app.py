@@ -1,0 +1,135 @@
+"""The ``wfctl`` application: global options, the command groups, and the one place where
+errors become a single line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from typer.core import TyperGroup
+
+from wfctl import __version__
+from wfctl.cli import db as db_commands
+from wfctl.cli import render, run
+from wfctl.cli.clicompat import UsageError
+from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
+from wfctl.connection import scrub, translate
+from wfctl.errors import EXIT_INTERRUPTED, WfctlError
+
+
+def _debug_enabled(args: Sequence[str]) -> bool:
+    return "--debug" in args or os.environ.get("WFCTL_DEBUG", "") not in ("", "0")
+
+
+def _secrets_in(args: Sequence[str]) -> list[str]:
+    found = [a for a in args if "=" in a or "://" in a]
+    if os.environ.get("WFCTL_DSN"):
+        found.append(os.environ["WFCTL_DSN"])
+    return found
+
+
+class WfctlGroup(TyperGroup):
+    """Runs a command and turns every failure into ``wfctl: error: ...`` and an exit code."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = _debug_enabled(argv)
+        code: int
+        try:
+            rv = super().main(argv, prog_name or "wfctl", complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except typer.Exit as exc:
+            code = exc.exit_code
+        except UsageError as exc:
+            hint = ""
+            if exc.ctx is not None:
+                hint = f" (see `{exc.ctx.command_path} --help`)"
+            render.error(scrub(exc.format_message(), *_secrets_in(argv)) + hint)
+            code = exc.exit_code
+        except (typer.Abort, KeyboardInterrupt):
+            render.error("interrupted")
+            code = EXIT_INTERRUPTED
+        except WfctlError as exc:
+            if debug:
+                traceback.print_exc()
+            render.error(scrub(str(exc), *_secrets_in(argv)))
+            code = exc.exit_code
+        except psycopg.Error as exc:
+            if debug:
+                traceback.print_exc()
+            wrapped = translate(exc)
+            render.error(scrub(str(wrapped), *_secrets_in(argv)))
+            code = wrapped.exit_code
+        except Exception as exc:
+            if debug:
+                traceback.print_exc()
+            render.error(
+                f"internal error: {type(exc).__name__}: {scrub(str(exc), *_secrets_in(argv))}"
+                " (run with --debug for a traceback, and please report it)"
+            )
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+app = typer.Typer(
+    cls=WfctlGroup,
+    name="wfctl",
+    help="Durable workflows on PostgreSQL: install the schema, submit, run workers, recover, inspect.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        render.line(f"wfctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: Annotated[
+        bool, typer.Option("--json", help="JSON on stdout, for every command that reports.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also WFCTL_DEBUG=1).")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Durable workflows on PostgreSQL."""
+    ctx.obj = GlobalOptions(
+        dsn=dsn,
+        config=Path(config) if config else None,
+        json=json,
+        debug=debug or os.environ.get("WFCTL_DEBUG", "") not in ("", "0"),
+    )
+
+
+run.register(app)
+app.add_typer(db_commands.app, name="db")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    typer.main.get_command(app).main(prog_name="wfctl")

@@ -1,0 +1,101 @@
+"""What every command shares: the global options, and a Session that resolves the config file
+and the connection target once, connects, and checks the schema version."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import typer
+
+from wfctl import schema
+from wfctl.cli import render
+from wfctl.cli.clicompat import get_current_context
+from wfctl.config import Config, Target, load_config, resolve_target
+from wfctl.connection import open_target, target_dsn
+
+DsnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dsn",
+        help="PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables.",
+        show_default=False,
+    ),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Config file (default: $WFCTL_CONFIG, else ./wfctl.toml).",
+        show_default=False,
+        dir_okay=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+
+
+@dataclass
+class GlobalOptions:
+    dsn: str | None = None
+    config: Path | None = None
+    json: bool = False
+    debug: bool = False
+
+
+def global_options() -> GlobalOptions:
+    ctx = get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    if root is not None and isinstance(root.obj, GlobalOptions):
+        return root.obj
+    return GlobalOptions(debug=os.environ.get("WFCTL_DEBUG", "") not in ("", "0"))
+
+
+@dataclass
+class Session:
+    """The resolved settings of one command run."""
+
+    dsn_option: str | None = None
+    config_option: Path | None = None
+    json: bool = False
+    _config: Config | None = field(default=None, repr=False)
+    _target: Target | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(
+        cls, dsn: str | None = None, config: Path | None = None, json: bool = False
+    ) -> Session:
+        """Command options win over the same options given before the command name."""
+        glob = global_options()
+        return cls(
+            dsn_option=dsn or glob.dsn,
+            config_option=config or glob.config,
+            json=json or glob.json,
+        )
+
+    def config(self, *, must_exist: bool = True) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_option, must_exist=must_exist)
+            for warning in self._config.warnings:
+                render.warn(warning)
+        return self._config
+
+    def target(self) -> Target:
+        if self._target is None:
+            self._target = resolve_target(self.dsn_option, self.config())
+        return self._target
+
+    def dsn(self) -> str:
+        return target_dsn(self.target(), notice=render.notice)
+
+    def connect(self, *, check_schema: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
+        conn = open_target(self.target(), notice=render.notice, **kwargs)
+        if check_schema:
+            try:
+                schema.check(conn)
+            except BaseException:
+                conn.close()
+                raise
+        return conn

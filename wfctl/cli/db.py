@@ -1,0 +1,109 @@
+"""``wfctl db``: the database wfctl is configured for, and the embedded server's life cycle."""
+
+from __future__ import annotations
+
+import typer
+
+from wfctl import schema
+from wfctl.cli import render
+from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.connection import describe, mask_dsn
+from wfctl.embedded import EmbeddedServer
+from wfctl.errors import UsageError
+from wfctl.queries import q
+
+app = typer.Typer(help="The configured database and the embedded PostgreSQL server.",
+                  no_args_is_help=True)
+
+
+def _embedded(session: Session) -> EmbeddedServer:
+    target = session.target()
+    if not target.embedded or target.data_dir is None:
+        raise UsageError(
+            f"the configured database ({mask_dsn(target.dsn)}, from {target.source}) "
+            "is not the embedded server"
+        )
+    return EmbeddedServer(target.data_dir)
+
+
+@app.command()
+def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
+    """Where the database is, whether it runs, and the schema installed in it."""
+    session = Session.create(dsn, config, json)
+    target = session.target()
+    info: dict[str, object] = {"source": target.source, "embedded": target.embedded}
+    if target.embedded:
+        server = _embedded(session)
+        st = server.status()
+        info.update(running=st.running, pid=st.pid, postgres=st.version,
+                    data_dir=str(st.data_dir), dsn=st.dsn)
+        if not st.running:
+            _report(session, info, [])
+            return
+    else:
+        info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
+    with session.connect(check_schema=False) as conn:
+        row = conn.execute(q("admin.server_version")).fetchone()
+        info["running"] = True
+        info["server_version"] = row[0] if row else None
+        who = conn.execute(q("admin.whoami")).fetchone()
+        if who:
+            info.update(role=who[0], database_name=who[1], schema=who[2])
+        version = schema.current_version(conn)
+        info["schema_version"] = version
+        info["schema_latest"] = schema.latest_version()
+        tables = []
+        if version:
+            cur = conn.execute(q("admin.schema_overview"))
+            names = [c.name for c in cur.description or []]
+            tables = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    _report(session, info, tables)
+
+
+def _report(session: Session, info: dict[str, object], tables: list[dict[str, object]]) -> None:
+    if session.json:
+        render.print_json({**info, "tables": tables})
+        return
+    pairs = [(k.replace("_", " "), v) for k, v in info.items()]
+    render.key_values("Database", pairs)
+    if tables:
+        render.table(
+            "Schema",
+            ["table", "columns", "indexes", "rows", "size"],
+            [(t["table_name"], t["columns"], t["indexes"], t["rows"],
+              f"{int(t['bytes']) // 1024} kB") for t in tables],  # type: ignore[call-overload]
+            justify=["left", "right", "right", "right", "right"],
+        )
+    elif info.get("running") and not info.get("schema_version"):
+        render.notice("no wfctl schema in this database yet: run `wfctl init`")
+
+
+@app.command()
+def url(dsn: DsnOpt = None, config: ConfigOpt = None) -> None:
+    """Print the DSN of the configured database (starting the embedded server if needed);
+    a password is shown as ***."""
+    session = Session.create(dsn, config)
+    target = session.target()
+    render.line(session.dsn() if target.embedded else mask_dsn(session.dsn()))
+
+
+@app.command()
+def start(config: ConfigOpt = None) -> None:
+    """Start the embedded PostgreSQL (commands start it on demand anyway)."""
+    session = Session.create(None, config)
+    server = _embedded(session)
+    if not server.ensure_running():
+        render.notice(f"the embedded PostgreSQL is already running (data in {server.pgdata})")
+    else:
+        render.notice(f"started the embedded PostgreSQL (data in {server.pgdata})")
+
+
+@app.command()
+def stop(config: ConfigOpt = None) -> None:
+    """Stop the embedded PostgreSQL (its data stays; the next command starts it again)."""
+    session = Session.create(None, config)
+    server = _embedded(session)
+    if server.stop():
+        render.notice(f"stopped the embedded PostgreSQL (data kept in {server.pgdata})")
+    else:
+        render.notice("the embedded PostgreSQL is not running")

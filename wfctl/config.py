@@ -1,0 +1,205 @@
+"""wfctl.toml and the connection precedence of DESIGN.md §5.
+
+Precedence, first match wins: ``--dsn``, ``WFCTL_DSN``, the config file's ``[database]`` table,
+libpq's own ``PG*`` environment, the embedded PostgreSQL. The config file is ``--config``, else
+``WFCTL_CONFIG``, else ``./wfctl.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from wfctl.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "wfctl.toml"
+DEFAULT_DATA_DIR = ".wfctl"
+
+#: libpq environment variables that, when set, mean "the user configured a server through libpq".
+LIBPQ_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+#: Every key wfctl.toml may hold, with its type; anything else is a typo and an error.
+SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "database": {"dsn": str, "embedded": bool, "data_dir": str},
+    "worker": {
+        "app": str,
+        "concurrency": int,
+        "types": list,
+        "heartbeat": str,
+        "grace": str,
+        "poll": str,
+        "listen": bool,
+        "log_format": str,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The config file as found: its path, whether it exists, and its validated tables."""
+
+    path: Path
+    exists: bool
+    explicit: bool
+    data: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    def get(self, table: str, key: str, default: Any = None) -> Any:
+        return self.data.get(table, {}).get(key, default)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to connect: a DSN, or the embedded server living in ``data_dir``."""
+
+    dsn: str | None
+    source: str
+    data_dir: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.dsn is None
+
+
+def config_path(option: str | os.PathLike[str] | None) -> tuple[Path, bool]:
+    """The config file to use, and whether the user named it explicitly."""
+    if option:
+        return Path(option).expanduser(), True
+    env = os.environ.get("WFCTL_CONFIG")
+    if env:
+        return Path(env).expanduser(), True
+    return Path.cwd() / DEFAULT_CONFIG_NAME, False
+
+
+def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Config:
+    """Read and validate the config file. A file the user named must exist (unless ``must_exist``
+    is false, as for ``wfctl init``, which writes it)."""
+    path, explicit = config_path(option)
+    path = path.absolute()
+    if not path.exists():
+        if explicit and must_exist:
+            raise ConfigError(f"config file {path} does not exist")
+        return Config(path=path, exists=False, explicit=explicit)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        parsed = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not valid UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data = _validate(parsed, path)
+    warnings: list[str] = []
+    dsn = data.get("database", {}).get("dsn")
+    if dsn and _has_password(dsn) and path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH):
+        warnings.append(
+            f"{path} holds a password and is readable by other users: run `chmod 600 {path}`"
+        )
+    return Config(path=path, exists=True, explicit=explicit, data=data, warnings=tuple(warnings))
+
+
+def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for table, values in parsed.items():
+        if table not in SCHEMA:
+            known = ", ".join(f"[{t}]" for t in SCHEMA)
+            raise ConfigError(f"{path}: unknown table [{table}] (known: {known})")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: {table} must be a table, as in [{table}]")
+        for key, value in values.items():
+            expected = SCHEMA[table].get(key)
+            if expected is None:
+                known = ", ".join(SCHEMA[table])
+                raise ConfigError(f"{path}: unknown key {key!r} in [{table}] (known: {known})")
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                kind = expected.__name__ if isinstance(expected, type) else "value"
+                raise ConfigError(f"{path}: [{table}] {key} must be a {kind}, not {value!r}")
+        out[table] = dict(values)
+    return out
+
+
+def _has_password(dsn: str) -> bool:
+    from wfctl.connection import dsn_password  # local import: connection imports config
+
+    return dsn_password(dsn) is not None
+
+
+def embedded_data_dir(config: Config) -> Path:
+    """Home of the embedded server: ``[database] data_dir`` (relative to the config file), else
+    ``WFCTL_DATA_DIR``, else ``.wfctl`` beside the config file."""
+    configured = config.get("database", "data_dir")
+    if configured:
+        return (config.directory / Path(configured).expanduser()).absolute()
+    env = os.environ.get("WFCTL_DATA_DIR")
+    if env:
+        return Path(env).expanduser().absolute()
+    return config.directory / DEFAULT_DATA_DIR
+
+
+def resolve_target(dsn_option: str | None, config: Config) -> Target:
+    """Apply the precedence of DESIGN.md §5 and say where the answer came from."""
+    if dsn_option:
+        return Target(dsn=dsn_option, source="--dsn")
+    env = os.environ.get("WFCTL_DSN")
+    if env:
+        return Target(dsn=env, source="WFCTL_DSN")
+    database = config.data.get("database", {})
+    if database.get("dsn"):
+        if database.get("embedded"):
+            raise ConfigError(f"{config.path}: [database] sets both dsn and embedded = true")
+        return Target(dsn=database["dsn"], source=str(config.path))
+    if database.get("embedded"):
+        return Target(dsn=None, source=str(config.path), data_dir=embedded_data_dir(config))
+    if any(os.environ.get(name) for name in LIBPQ_ENV):
+        return Target(dsn="", source="PG* environment")
+    return Target(dsn=None, source="embedded default", data_dir=embedded_data_dir(config))
+
+
+def write_config(config: Config, target: Target) -> Path:
+    """Write a new wfctl.toml recording ``target``; 0600 when it holds a password."""
+    database: dict[str, Any] = {}
+    if target.embedded:
+        database["embedded"] = True
+        assert target.data_dir is not None
+        if target.data_dir != config.directory / DEFAULT_DATA_DIR:
+            database["data_dir"] = _relative_to(target.data_dir, config.directory)
+    else:
+        database["dsn"] = target.dsn or _dsn_from_libpq_env()
+    body = tomli_w.dumps({"database": database})
+    secret = bool(database.get("dsn")) and _has_password(database["dsn"])
+    mode = 0o600 if secret else 0o644
+    path = config.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(body)
+    os.chmod(path, mode)  # the umask must not widen or narrow what we chose
+    return path
+
+
+def _relative_to(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def _dsn_from_libpq_env() -> str:
+    """Record the PG* settings in use (never PGPASSWORD: that stays in the environment)."""
+    keys = {"PGHOST": "host", "PGHOSTADDR": "hostaddr", "PGPORT": "port",
+            "PGDATABASE": "dbname", "PGUSER": "user", "PGSERVICE": "service"}
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(**{key: os.environ[env] for env, key in keys.items() if os.environ.get(env)})

@@ -1,0 +1,174 @@
+"""Connecting: open a psycopg connection for a Target, translate driver errors into wfctl errors,
+and keep passwords out of everything we print."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import conninfo, errors
+
+from wfctl.config import Target
+from wfctl.errors import (
+    ConfigError,
+    ConnectionFailed,
+    PermissionDenied,
+    SchemaError,
+    WfctlError,
+)
+
+MASK = "***"
+
+Notice = Callable[[str], None]
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a DSN carries, or None (also None when the DSN does not parse)."""
+    try:
+        return conninfo.conninfo_to_dict(dsn).get("password") or None  # type: ignore[return-value]
+    except psycopg.Error:
+        return None
+
+
+def mask_dsn(dsn: str | None) -> str:
+    """A DSN fit to print: the password replaced by ***, whatever form the DSN had."""
+    if dsn is None:
+        return "(embedded)"
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return scrub(dsn, dsn)
+    if "password" in params:
+        params["password"] = MASK
+    return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+_KV_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]*)@")
+
+
+def _secrets(dsn: str) -> list[str]:
+    """Everything in ``dsn`` that could be (part of) a password, longest first."""
+    found: list[str] = []
+    password = dsn_password(dsn)
+    if password:
+        found.append(password)
+    for match in _KV_PASSWORD.finditer(dsn):
+        value = match.group(1).strip("'")
+        found.append(value)
+        # an unquoted password with a space: libpq quotes the part after it in its error
+        tail = dsn[match.end():].split()
+        if tail:
+            found.append(tail[0])
+    for match in _URL_PASSWORD.finditer(dsn):
+        found.append(match.group(1))
+        found.extend(match.group(1).split())
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def scrub(text: str, *dsns: str | None) -> str:
+    """Remove every password (or fragment of one) of ``dsns`` from ``text``."""
+    for dsn in dsns:
+        if not dsn:
+            continue
+        for secret in _secrets(dsn):
+            text = text.replace(secret, MASK)
+    return text
+
+
+def describe(dsn: str) -> str:
+    """A short, password-free name for the server a DSN points at: ``user@host:port/db``."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return mask_dsn(dsn)
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port")
+    where = f"{host}:{port}" if port else str(host)
+    user = params.get("user")
+    db = params.get("dbname")
+    return f"{user + '@' if user else ''}{where}{'/' + str(db) if db else ''}"
+
+
+def connect(
+    dsn: str,
+    *,
+    autocommit: bool = True,
+    prepare: bool = True,
+    application_name: str = "wfctl",
+    connect_timeout: int = 10,
+    **kwargs: Any,
+) -> psycopg.Connection[Any]:
+    """Open a connection, raising a wfctl error (never a driver traceback) when it fails.
+
+    ``prepare=False`` turns off server-side prepared statements, for transaction poolers
+    such as PgBouncer 1.18 that cannot carry them from one transaction to the next.
+    """
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {scrub(_first_line(exc), dsn)}") from None
+    params.setdefault("application_name", application_name)
+    params.setdefault("connect_timeout", str(connect_timeout))
+    try:
+        conn = psycopg.connect(
+            conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None}),
+            autocommit=autocommit,
+            prepare_threshold=5 if prepare else None,
+            **kwargs,
+        )
+    except psycopg.Error as exc:
+        raise translate(exc, dsn) from None
+    return conn
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    text = text.removeprefix("connection failed: ")
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def translate(exc: BaseException, dsn: str | None = None) -> WfctlError:
+    """Turn a psycopg error into the wfctl error a user should see (one line, no password)."""
+    if isinstance(exc, WfctlError):
+        return exc
+    line = scrub(_first_line(exc), dsn)
+    where = describe(dsn) if dsn else "the database"
+    if isinstance(exc, errors.InsufficientPrivilege):
+        return PermissionDenied(f"permission denied: {line}")
+    if isinstance(exc, errors.UndefinedTable | errors.UndefinedFunction):
+        return SchemaError(f"the wfctl schema is missing or incomplete ({line})", "run `wfctl init`")
+    if isinstance(exc, psycopg.OperationalError):
+        if "password authentication failed" in line or "no password supplied" in line:
+            return ConnectionFailed(f"authentication failed for {where}: {line}")
+        if "does not exist" in line and "database" in line:
+            return ConnectionFailed(f"cannot connect to {where}: {line}")
+        return ConnectionFailed(f"cannot connect to {where}: {line}")
+    if isinstance(exc, psycopg.ProgrammingError) and "connection info" in line:
+        return ConfigError(f"invalid DSN: {line}")
+    return WfctlError(f"database error: {line}")
+
+
+def open_target(target: Target, *, notice: Notice | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Connect to ``target``, starting the embedded server first when that is the target."""
+    return connect(target_dsn(target, notice=notice), **kwargs)
+
+
+def target_dsn(target: Target, *, notice: Notice | None = None) -> str:
+    """The DSN to use for ``target``; for the embedded server, start it if it is not running."""
+    if not target.embedded:
+        assert target.dsn is not None
+        return target.dsn
+    from wfctl.embedded import EmbeddedServer
+
+    assert target.data_dir is not None
+    server = EmbeddedServer(target.data_dir)
+    started = server.ensure_running()
+    if started and notice is not None:
+        notice(
+            f"started the embedded PostgreSQL {server.version()}; its data lives in {server.pgdata}"
+            " (stop it with `wfctl db stop`)"
+        )
+    return server.dsn()

@@ -1,0 +1,106 @@
+"""Schema migrations (``sql/migrations/NNNN_name.sql``) and the version check every command runs.
+
+Migrations apply in order inside one transaction holding an advisory lock, so concurrent
+``wfctl init`` runs are safe: the first applies, the others wait and then find nothing to do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from wfctl.errors import SchemaError
+from wfctl.queries import q, sql_root
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    def sql(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    found: list[Migration] = []
+    for path in sorted((sql_root() / "migrations").iterdir()):
+        match = _FILE.match(path.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), path))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations must be numbered 1..n without gaps, found {versions}")
+    return tuple(found)
+
+
+def latest_version() -> int:
+    return migrations()[-1].version
+
+
+def current_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The schema version of the database, or None when wfctl was never installed there."""
+    row = conn.execute(q("schema.version_table_exists")).fetchone()
+    if not row or not row[0]:
+        return None
+    row = conn.execute(q("schema.current_version")).fetchone()
+    return int(row[0]) if row else 0
+
+
+def check(conn: psycopg.Connection[Any]) -> int:
+    """Refuse a database whose schema is missing, older or newer than this wfctl's."""
+    version = current_version(conn)
+    latest = latest_version()
+    if version is None or version == 0:
+        raise SchemaError("this database has no wfctl schema", "run `wfctl init` to install it")
+    if version < latest:
+        raise SchemaError(
+            f"the database schema is version {version}, older than this wfctl's {latest}",
+            "run `wfctl init` to upgrade it",
+        )
+    if version > latest:
+        raise SchemaError(
+            f"the database schema is version {version}, newer than this wfctl understands "
+            f"({latest})",
+            "upgrade wfctl on this machine",
+        )
+    return version
+
+
+@dataclass(frozen=True)
+class MigrateResult:
+    before: int
+    after: int
+    applied: tuple[Migration, ...]
+
+
+def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
+    """Apply every missing migration, under the schema lock, in one transaction."""
+    with conn.transaction():
+        conn.execute(q("schema.lock"))
+        conn.execute(q("schema.create_version_table"))
+        done = {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
+        before = max(done, default=0)
+        if before > latest_version():
+            raise SchemaError(
+                f"the database schema is version {before}, newer than this wfctl understands "
+                f"({latest_version()})",
+                "upgrade wfctl on this machine",
+            )
+        applied: list[Migration] = []
+        for migration in migrations():
+            if migration.version in done:
+                continue
+            conn.execute(migration.sql().encode())  # several statements: simple query protocol
+            conn.execute(q("schema.record"), {"version": migration.version, "name": migration.name})
+            applied.append(migration)
+    return MigrateResult(before=before, after=latest_version(), applied=tuple(applied))

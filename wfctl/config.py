@@ -104,9 +104,7 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
     warnings: list[str] = []
     dsn = data.get("database", {}).get("dsn")
     if dsn and _has_password(dsn) and path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH):
-        warnings.append(
-            f"{path} holds a password and is readable by other users: run `chmod 600 {path}`"
-        )
+        warnings.append(f"{path} holds a password and is readable by other users: run `chmod 600 {path}`")
     return Config(path=path, exists=True, explicit=explicit, data=data, warnings=tuple(warnings))
 
 
@@ -198,8 +196,14 @@ def _relative_to(path: Path, base: Path) -> str:
 
 def _dsn_from_libpq_env() -> str:
     """Record the PG* settings in use (never PGPASSWORD: that stays in the environment)."""
-    keys = {"PGHOST": "host", "PGHOSTADDR": "hostaddr", "PGPORT": "port",
-            "PGDATABASE": "dbname", "PGUSER": "user", "PGSERVICE": "service"}
+    keys = {
+        "PGHOST": "host",
+        "PGHOSTADDR": "hostaddr",
+        "PGPORT": "port",
+        "PGDATABASE": "dbname",
+        "PGUSER": "user",
+        "PGSERVICE": "service",
+    }
     from psycopg.conninfo import make_conninfo
 
     return make_conninfo(**{key: os.environ[env] for env, key in keys.items() if os.environ.get(env)})

@@ -59,7 +59,7 @@ def _secrets(dsn: str) -> list[str]:
         value = match.group(1).strip("'")
         found.append(value)
         # an unquoted password with a space: libpq quotes the part after it in its error
-        tail = dsn[match.end():].split()
+        tail = dsn[match.end() :].split()
         if tail:
             found.append(tail[0])
     for match in _URL_PASSWORD.finditer(dsn):

@@ -15,9 +15,7 @@ def parse_duration(text: str, *, what: str = "duration", allow_zero: bool = True
     """Parse ``text`` into a timedelta, or raise UsageError with one line saying what is accepted."""
     match = _PATTERN.match(text or "")
     if not match:
-        raise UsageError(
-            f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d"
-        )
+        raise UsageError(f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d")
     value = float(match.group(1)) * _UNITS[match.group(2)]
     if value == 0 and not allow_zero:
         raise UsageError(f"invalid {what} {text!r}: must be greater than zero")

@@ -64,8 +64,9 @@ class ServerStatus:
 class EmbeddedServer:
     """One embedded server, identified by its home directory (``.wfctl`` of a project)."""
 
-    def __init__(self, home: Path, *, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(self, home: Path, *, settings: Mapping[str, str] | None = None, port: int = PORT) -> None:
         self.home = Path(home).absolute()
+        self.port = port
         self.pgdata = self.home / "pgdata"
         self.log_file = self.pgdata / "server.log"
         self.settings = dict(settings or {})
@@ -75,13 +76,13 @@ class EmbeddedServer:
     @property
     def socket_dir(self) -> Path:
         """The pgdata directory itself when its socket path fits, else a private one in /tmp."""
-        if len(str(self.pgdata / f".s.PGSQL.{PORT}")) <= _SOCKET_MAX:
+        if len(str(self.pgdata / f".s.PGSQL.{self.port}")) <= _SOCKET_MAX:
             return self.pgdata
         digest = hashlib.sha256(str(self.pgdata).encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / f"wfctl-{digest}"
 
     def dsn(self, dbname: str = DATABASE) -> str:
-        return f"host={self.socket_dir} port={PORT} user={SUPERUSER} dbname={dbname}"
+        return f"host={self.socket_dir} port={self.port} user={SUPERUSER} dbname={dbname}"
 
     def version(self) -> str:
         try:
@@ -159,6 +160,15 @@ class EmbeddedServer:
     def _run_as(self) -> str | None:
         return SERVER_USER if os.geteuid() == 0 else None
 
+    def _identity(self) -> dict[str, object]:
+        """subprocess arguments that drop root for the server user: its uid, its own group, and
+        no supplementary groups (root's group would otherwise shadow the 'other' bits)."""
+        user = self._run_as()
+        if user is None:
+            return {}
+        entry = _ensure_user(user)
+        return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
     def _initdb(self) -> None:
         if (self.pgdata / "PG_VERSION").exists():
             self._prepare_permissions()
@@ -166,8 +176,15 @@ class EmbeddedServer:
         self.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._prepare_permissions()
         result = self._exec(
-            "initdb", "-D", str(self.pgdata), "-U", SUPERUSER, "--auth=trust",
-            "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions",
+            "initdb",
+            "-D",
+            str(self.pgdata),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--no-instructions",
         )
         if result.returncode != 0:
             raise ServerError(f"initdb failed for {self.pgdata}: {_tail(result)}")
@@ -194,17 +211,28 @@ class EmbeddedServer:
             if user is not None:
                 entry = pwd.getpwnam(user)
                 os.chown(socket_dir, entry.pw_uid, entry.pw_gid)
-        options = ["-h", "", "-k", str(socket_dir), "-p", str(PORT)]
-        for key, value in self.settings.items():
+        settings = {
+            "listen_addresses": "",
+            "unix_socket_directories": str(socket_dir),
+            "port": str(self.port),
+            **self.settings,
+        }
+        options: list[str] = []
+        for key, value in settings.items():
             options += ["-c", f"{key}={value}"]
         result = self._pg_ctl(
-            "start", "-w", "-t", "60", "-l", str(self.log_file), "-o", shlex.join(options),
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.log_file),
+            "-o",
+            shlex.join(options),
             check=False,
         )
         if result.returncode != 0:
-            raise ServerError(
-                f"the embedded PostgreSQL did not start (see {self.log_file}): {_tail(result)}"
-            )
+            raise ServerError(f"the embedded PostgreSQL did not start (see {self.log_file}): {_tail(result)}")
         deadline = time.monotonic() + 30
         while not self.is_running():
             if time.monotonic() > deadline:
@@ -225,8 +253,14 @@ class EmbeddedServer:
             try:
                 result = subprocess.run(
                     [str(bin_dir() / program), *args],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, text=True,
-                    user=self._run_as(), cwd="/", timeout=120, start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd="/",
+                    timeout=120,
+                    start_new_session=True,
+                    **self._identity(),
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise ServerError(f"could not run {program}: {exc}") from None
@@ -246,13 +280,15 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
         pass
     result = subprocess.run(
         ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        raise ServerError(f"could not create the user {name!r} the embedded server runs as: "
-                          f"{result.stderr.strip()}") from None
+        raise ServerError(
+            f"could not create the user {name!r} the embedded server runs as: {result.stderr.strip()}"
+        ) from None
 
 
 def _allow_traversal(path: Path) -> None:

@@ -34,7 +34,7 @@ def parse_blocks(text: str) -> dict[str, str]:
     matches = list(_NAME.finditer(text))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        body = text[match.end():end].strip()
+        body = text[match.end() : end].strip()
         name = match.group(1)
         if name in blocks:
             raise ValueError(f"duplicate query name {name!r}")

@@ -69,8 +69,7 @@ def check(conn: psycopg.Connection[Any]) -> int:
         )
     if version > latest:
         raise SchemaError(
-            f"the database schema is version {version}, newer than this wfctl understands "
-            f"({latest})",
+            f"the database schema is version {version}, newer than this wfctl understands ({latest})",
             "upgrade wfctl on this machine",
         )
     return version

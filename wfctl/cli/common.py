@@ -64,9 +64,7 @@ class Session:
     _target: Target | None = field(default=None, repr=False)
 
     @classmethod
-    def create(
-        cls, dsn: str | None = None, config: Path | None = None, json: bool = False
-    ) -> Session:
+    def create(cls, dsn: str | None = None, config: Path | None = None, json: bool = False) -> Session:
         """Command options win over the same options given before the command name."""
         glob = global_options()
         return cls(

@@ -12,8 +12,7 @@ from wfctl.embedded import EmbeddedServer
 from wfctl.errors import UsageError
 from wfctl.queries import q
 
-app = typer.Typer(help="The configured database and the embedded PostgreSQL server.",
-                  no_args_is_help=True)
+app = typer.Typer(help="The configured database and the embedded PostgreSQL server.", no_args_is_help=True)
 
 
 def _embedded(session: Session) -> EmbeddedServer:
@@ -35,8 +34,9 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
     if target.embedded:
         server = _embedded(session)
         st = server.status()
-        info.update(running=st.running, pid=st.pid, postgres=st.version,
-                    data_dir=str(st.data_dir), dsn=st.dsn)
+        info.update(
+            running=st.running, pid=st.pid, postgres=st.version, data_dir=str(st.data_dir), dsn=st.dsn
+        )
         if not st.running:
             _report(session, info, [])
             return
@@ -70,8 +70,10 @@ def _report(session: Session, info: dict[str, object], tables: list[dict[str, ob
         render.table(
             "Schema",
             ["table", "columns", "indexes", "rows", "size"],
-            [(t["table_name"], t["columns"], t["indexes"], t["rows"],
-              f"{int(t['bytes']) // 1024} kB") for t in tables],  # type: ignore[call-overload]
+            [
+                (t["table_name"], t["columns"], t["indexes"], t["rows"], f"{int(t['bytes']) // 1024} kB")
+                for t in tables
+            ],  # type: ignore[call-overload]
             justify=["left", "right", "right", "right", "right"],
         )
     elif info.get("running") and not info.get("schema_version"):

@@ -26,14 +26,12 @@ def _out() -> Console:
 def error(message: str) -> None:
     """One line on stderr; red on a terminal."""
     console = _err()
-    console.print(f"wfctl: error: {message}", style="bold red" if console.is_terminal else None,
-                  markup=False)
+    console.print(f"wfctl: error: {message}", style="bold red" if console.is_terminal else None, markup=False)
 
 
 def warn(message: str) -> None:
     console = _err()
-    console.print(f"wfctl: warning: {message}", style="yellow" if console.is_terminal else None,
-                  markup=False)
+    console.print(f"wfctl: warning: {message}", style="yellow" if console.is_terminal else None, markup=False)
 
 
 def notice(message: str) -> None:

@@ -43,9 +43,7 @@ def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) ->
         )
     else:
         if not result.applied:
-            render.notice(
-                f"schema is up to date (version {result.after}) in {where}; nothing changed"
-            )
+            render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
         else:
             names = ", ".join(f"{m.version:04d}_{m.name}" for m in result.applied)
             verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"

@@ -1,0 +1,133 @@
+"""Fixtures: a real PostgreSQL for the whole run, and a fresh database for each test.
+
+The server is the one in ``WFCTL_TEST_DSN`` when set (CI points it at Debian's PostgreSQL 15),
+else an embedded PostgreSQL 18 started in a temporary directory for this run. Either way it
+trusts Unix-socket connections and, where it listens on 127.0.0.1, asks TCP clients for a
+password (scram-sha-256), so the authentication tests have something to fail against.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import TEST_SETTINGS, Result, Server, free_port, with_db
+from typer.testing import CliRunner
+
+from wfctl import schema
+from wfctl.cli.app import app
+from wfctl.embedded import EmbeddedServer
+from wfctl.queries import composed
+
+
+def _start_embedded(tmp: Path) -> tuple[EmbeddedServer, str]:
+    port = free_port()
+    server = EmbeddedServer(tmp / "wfctl-test-server", settings=TEST_SETTINGS, port=port)
+    server.ensure_running()
+    hba = server.pgdata / "pg_hba.conf"
+    hba.write_text("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+        conn.execute("SELECT pg_reload_conf()")
+    return server, server.dsn("postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    env_dsn = os.environ.get("WFCTL_TEST_DSN")
+    embedded: EmbeddedServer | None = None
+    if env_dsn:
+        admin = env_dsn
+    else:
+        embedded, admin = _start_embedded(tmp_path_factory.mktemp("pg"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT current_setting('listen_addresses'), current_setting('port')::int,"
+            " current_setting('server_version_num')::int"
+        ).fetchone()
+        assert row is not None
+        listen, port, version_num = row
+    tcp = port if "127.0.0.1" in listen or listen in ("*", "localhost") else None
+    try:
+        yield Server(admin_dsn=admin, tcp_port=tcp, version_num=version_num)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+@pytest.fixture
+def empty_dsn(pg_server: Server) -> Iterator[str]:
+    """A new, empty database for this test; dropped afterwards."""
+    name = f"wfctl_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(composed("admin.create_database", name=name))
+    try:
+        yield with_db(pg_server.admin_dsn, name)
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            conn.execute(composed("admin.drop_database", name=name))
+
+
+@pytest.fixture
+def dsn(empty_dsn: str) -> str:
+    """A new database with the wfctl schema installed."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        schema.migrate(conn)
+    return empty_dsn
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No wfctl or libpq settings from the outside, and an empty project directory as cwd."""
+    for name in list(os.environ):
+        if name.startswith(("WFCTL_", "PG")):
+            monkeypatch.delenv(name)
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    return project
+
+
+@pytest.fixture
+def cli(clean_env: Path):
+    """Run wfctl in-process, through the same entry point as the console script."""
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+        result = runner.invoke(app, list(args), input=input, env=env, catch_exceptions=False)
+        return Result(result.exit_code, result.stdout, result.stderr)
+
+    return invoke
+
+
+@pytest.fixture
+def run_wfctl(clean_env: Path):
+    """Run wfctl as a real process (for signals, concurrency, and what a shell sees)."""
+
+    def run(
+        *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: Path | None = None
+    ) -> Result:
+        full_env = {k: v for k, v in os.environ.items()}
+        full_env.update(env or {})
+        proc = subprocess.run(
+            [sys.executable, "-m", "wfctl", *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout,
+            cwd=cwd or clean_env,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run

@@ -12,7 +12,8 @@ CREATE TABLE workflows (
     status          varchar(20)  NOT NULL DEFAULT 'pending',
     input_data      jsonb,
     current_step    integer DEFAULT 0,          -- number of the last checkpointed step (0: none)
-    max_retries     integer DEFAULT 3,          -- retries after the first attempt
+    max_retries     integer DEFAULT 3,          -- retries after the first attempt; NULL: the
+                                                -- workflow type's policy, filled in at first claim
     error_message   text,
     created_at      timestamptz DEFAULT now(),
     updated_at      timestamptz DEFAULT now(),  -- moved by every step and by the owner's heartbeat
@@ -87,6 +88,7 @@ CREATE TRIGGER workflows_notify_new AFTER INSERT ON workflows
     FOR EACH STATEMENT EXECUTE FUNCTION wfctl_notify_new();
 
 -- Submit from any language: returns the id, the existing one when the key was used before.
+-- p_max_retries NULL means "the policy the workflow type was registered with".
 CREATE FUNCTION wfctl_submit(
     p_workflow_type text,
     p_input jsonb DEFAULT NULL,
@@ -102,7 +104,7 @@ BEGIN
         INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority,
                                max_retries)
         VALUES (p_workflow_type, p_input, p_key, now() + coalesce(p_delay, interval '0'),
-                coalesce(p_priority, 0), coalesce(p_max_retries, 3))
+                coalesce(p_priority, 0), p_max_retries)
         ON CONFLICT (idempotency_key) DO NOTHING
         RETURNING id INTO new_id;
         IF new_id IS NOT NULL THEN

@@ -1,15 +1,29 @@
-"""Commands that change state: init (and, as the engine grows, submit, worker, recover)."""
+"""Commands that change state: init, submit, worker, recover."""
 
 from __future__ import annotations
 
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+from uuid import UUID
+
+import psycopg
 import typer
 
-from wfctl import schema
+from wfctl import client, recovery, schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import write_config
 from wfctl.connection import describe, mask_dsn
-from wfctl.errors import ConfigError
+from wfctl.durations import parse_duration
+from wfctl.errors import AppError, ConfigError, UsageError
+from wfctl.queries import q
+from wfctl.registry import load_app
+from wfctl.worker.log import WorkerLog
+from wfctl.worker.runner import Worker, WorkerOptions
+
+SUBMIT_BATCH = 1000
 
 
 def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
@@ -41,17 +55,245 @@ def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) ->
                 "config_written": str(written) if written else None,
             }
         )
+        return
+    if not result.applied:
+        render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
     else:
-        if not result.applied:
-            render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
-        else:
-            names = ", ".join(f"{m.version:04d}_{m.name}" for m in result.applied)
-            verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
-            render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
-        if written:
-            what = "the embedded PostgreSQL" if target.embedded else mask_dsn(target.dsn)
-            render.notice(f"wrote {written} (database: {what})")
+        names = ", ".join(f"{m.version:04d}_{m.name}" for m in result.applied)
+        verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
+        render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
+    if written:
+        what = "the embedded PostgreSQL" if target.embedded else mask_dsn(target.dsn)
+        render.notice(f"wrote {written} (database: {what})")
+
+
+def submit(
+    workflow_type: Annotated[
+        str, typer.Argument(help="The workflow type, as registered with @wfctl.workflow.")
+    ],
+    input_json: Annotated[
+        str | None, typer.Argument(metavar="[JSON]", help="The input, one JSON value.")
+    ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option("--input-file", help="JSON Lines file (or - for stdin): one workflow per line."),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Idempotency key: the same key twice stores one workflow.")
+    ] = None,
+    delay: Annotated[
+        str | None, typer.Option("--delay", help="Start no earlier than this from now (10m, 2h).")
+    ] = None,
+    priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
+    max_retries: Annotated[
+        int | None,
+        typer.Option("--max-retries", help="Retries after the first attempt (default: the type's)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Submit even if no worker has registered TYPE.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Enqueue workflows; print the new id (one per line for --input-file) on stdout."""
+    session = Session.create(dsn, config, json)
+    if input_json is not None and input_file is not None:
+        raise UsageError("give the input either as JSON or with --input-file, not both")
+    if input_file is not None and key is not None:
+        raise UsageError("--key applies to a single workflow, not to --input-file")
+    if max_retries is not None and max_retries < 0:
+        raise UsageError("--max-retries cannot be negative")
+    client.check_type(workflow_type)
+    delay_value = parse_duration(delay, what="--delay") if delay is not None else None
+    if input_file is not None:
+        inputs = client.parse_jsonl(
+            _read_input_file(input_file), "stdin" if input_file == "-" else input_file
+        )
+    else:
+        inputs = [client.parse_input(input_json) if input_json is not None else "null"]
+    with session.connect() as conn:
+        if not force:
+            _check_known_type(conn, workflow_type)
+        if input_file is None:
+            done = client.submit_one(
+                conn,
+                workflow_type,
+                inputs[0],
+                key=key,
+                delay=delay_value,
+                priority=priority,
+                max_retries=max_retries,
+            )
+            if not done.created:
+                render.notice(
+                    f"key {key!r} was used before: this is the existing workflow, nothing new was stored"
+                )
+            if session.json:
+                render.print_json({"id": str(done.id), "created": done.created})
+            else:
+                render.line(str(done.id))
+            return
+        ids = _submit_batches(conn, workflow_type, inputs, delay_value, priority, max_retries)
+    if session.json:
+        render.print_json({"ids": [str(i) for i in ids], "count": len(ids)})
+    else:
+        sys.stdout.write("".join(f"{i}\n" for i in ids))
+        sys.stdout.flush()
+        render.notice(f"submitted {len(ids)} workflow(s) of type {workflow_type!r}")
+
+
+def _read_input_file(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --input-file {path}: {exc.strerror}") from None
+
+
+def _check_known_type(conn: psycopg.Connection[Any], workflow_type: str) -> None:
+    known = [r[0] for r in conn.execute(q("client.known_types")).fetchall()]
+    if known and workflow_type not in known:
+        raise UsageError(
+            f"unknown workflow type {workflow_type!r}: no worker has registered it "
+            f"(known: {', '.join(known)}); use --force to submit it anyway"
+        )
+
+
+def _submit_batches(
+    conn: psycopg.Connection[Any],
+    workflow_type: str,
+    inputs: list[str],
+    delay: timedelta | None,
+    priority: int,
+    max_retries: int | None,
+) -> list[UUID]:
+    ids: list[UUID] = []
+    with conn.transaction(), render.progress("submitting", total=len(inputs)) as advance:
+        for start in range(0, len(inputs), SUBMIT_BATCH):
+            chunk = inputs[start : start + SUBMIT_BATCH]
+            ids.extend(
+                client.submit_many(
+                    conn, workflow_type, chunk, delay=delay, priority=priority, max_retries=max_retries
+                )
+            )
+            advance(len(chunk))
+    return ids
+
+
+def worker(
+    app: Annotated[
+        str | None, typer.Option("--app", help="Module that registers the workflows (default: [worker] app).")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", help="Workflows run at once (default 8).")
+    ] = None,
+    types: Annotated[str | None, typer.Option("--types", help="Only these types, comma-separated.")] = None,
+    heartbeat_every: Annotated[
+        str | None, typer.Option("--heartbeat", help="Heartbeat interval (default 10s).")
+    ] = None,
+    grace: Annotated[
+        str | None, typer.Option("--grace", help="On SIGTERM, how long running steps may take (default 30s).")
+    ] = None,
+    poll: Annotated[
+        str | None, typer.Option("--poll", help="Polling interval, the fallback to LISTEN (default 1s).")
+    ] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="Exit 0 once no runnable work is left.")] = False,
+    no_listen: Annotated[
+        bool,
+        typer.Option(
+            "--no-listen",
+            help="Poll only, no LISTEN and no prepared statements (PgBouncer transaction pooling).",
+        ),
+    ] = False,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="auto, rich, plain or json.")] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Log only failures and worker events.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run workflows: claim, execute, checkpoint, until SIGTERM (or, with --burst, no work)."""
+    session = Session.create(dsn, config)
+    cfg = session.config()
+    module = app or cfg.get("worker", "app")
+    if not module:
+        raise AppError(
+            "no --app given and no [worker] app in wfctl.toml: which module registers the workflows?"
+        )
+    n = concurrency if concurrency is not None else cfg.get("worker", "concurrency", 8)
+    if n < 1 or n > 1000:
+        raise UsageError("--concurrency must be between 1 and 1000")
+    fmt = log_format or cfg.get("worker", "log_format", "auto")
+    if fmt not in ("auto", "rich", "plain", "json"):
+        raise UsageError(f"--log-format {fmt!r}: use auto, rich, plain or json")
+    wanted = [t.strip() for t in types.split(",") if t.strip()] if types else cfg.get("worker", "types")
+    registry = load_app(module)
+    if wanted:
+        unknown = [t for t in wanted if registry.get(t) is None]
+        if unknown:
+            raise UsageError(
+                f"--types names {', '.join(unknown)}, which {module} does not register "
+                f"(it registers: {', '.join(registry.names())})"
+            )
+    options = WorkerOptions(
+        concurrency=n,
+        types=wanted or None,
+        heartbeat=_seconds(heartbeat_every, cfg.get("worker", "heartbeat"), "10s", "--heartbeat"),
+        grace=_seconds(grace, cfg.get("worker", "grace"), "30s", "--grace", allow_zero=True),
+        poll=_seconds(poll, cfg.get("worker", "poll"), "1s", "--poll"),
+        listen=not no_listen and cfg.get("worker", "listen", True),
+        burst=burst,
+        prepare=not no_listen and cfg.get("worker", "listen", True),
+    )
+    dsn_value = session.dsn()
+    session.connect().close()  # fail fast, with the usual messages, before starting threads
+    code = Worker(dsn_value, registry, options, WorkerLog(fmt, quiet=quiet)).run()  # type: ignore[arg-type]
+    raise typer.Exit(code)
+
+
+def _seconds(
+    option: str | None, configured: str | None, default: str, what: str, *, allow_zero: bool = False
+) -> float:
+    text = option or configured or default
+    return parse_duration(text, what=what, allow_zero=allow_zero).total_seconds()
+
+
+def recover(
+    stale: Annotated[
+        str, typer.Option("--stale", help="Requeue runs whose worker's heartbeat is older than this.")
+    ] = "5m",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be recovered; change nothing.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Requeue running workflows whose worker died (for cron: silent when there is nothing to do)."""
+    session = Session.create(dsn, config, json)
+    threshold = parse_duration(stale, what="--stale", allow_zero=False)
+    with session.connect() as conn:
+        rows = recovery.recover(conn, threshold, dry_run=dry_run)
+    if session.json:
+        render.print_json([{**r.__dict__, "dry_run": dry_run} for r in rows])
+        return
+    for r in rows:
+        verb = (
+            ("would requeue" if dry_run else "requeued")
+            if r.status == "pending"
+            else ("would fail" if dry_run else "failed")
+        )
+        seen = render.cell(r.owner_heartbeat) if r.owner_heartbeat else "never"
+        render.line(
+            f"{verb} {r.id} {r.workflow_type} attempt={r.attempt} epoch={r.lease_epoch} "
+            f"step={r.current_step} worker={r.previous_owner or '-'} last_heartbeat={seen}"
+        )
 
 
 def register(app: typer.Typer) -> None:
     app.command()(init)
+    app.command()(submit)
+    app.command()(worker)
+    app.command()(recover)

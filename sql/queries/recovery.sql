@@ -1,0 +1,50 @@
+-- Stale-run recovery (wfctl/recovery.py): `wfctl recover --stale 5m`, safe to run concurrently.
+
+-- name: recover
+-- Requeue every running workflow whose owner's heartbeat is older than %(stale)s (or whose
+-- owner stopped or has no worker row), with a fresh epoch so the old owner is fenced out.
+-- The abandoned attempt counts: past max_retries the workflow fails instead. Rows another
+-- recover holds are skipped (SKIP LOCKED), and the row re-check after the lock makes a
+-- workflow that a concurrent recover already requeued drop out: each is requeued once.
+WITH stale AS MATERIALIZED (
+    SELECT w.id, w.lease_owner, k.heartbeat_at
+    FROM workflows w
+    LEFT JOIN workers k ON k.id = w.lease_owner
+    WHERE w.status = 'running'
+      AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+    ORDER BY w.updated_at
+    FOR UPDATE OF w SKIP LOCKED
+)
+UPDATE workflows w
+SET status = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END,
+    attempt = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END,
+    lease_epoch = w.lease_epoch + 1,
+    run_at = now(),
+    updated_at = now(),
+    finished_at = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN now() END,
+    error_message = CASE
+        WHEN w.attempt > coalesce(w.max_retries, 3) THEN
+            format('abandoned: worker %%s stopped heartbeating during attempt %%s of %%s '
+                   '(step %%s done); no retries left', coalesce(stale.lease_owner, '?'),
+                   w.attempt, coalesce(w.max_retries, 3) + 1, w.current_step)
+        ELSE w.error_message
+    END
+FROM stale
+WHERE w.id = stale.id
+RETURNING w.id, w.workflow_type, w.status, w.attempt, w.lease_epoch, w.current_step,
+          stale.lease_owner, stale.heartbeat_at;
+
+-- name: stale_runs
+-- The same set, for --dry-run: nothing is changed.
+SELECT w.id, w.workflow_type,
+       CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END AS status,
+       CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END AS attempt,
+       w.lease_epoch + 1 AS lease_epoch, w.current_step, w.lease_owner, k.heartbeat_at
+FROM workflows w
+LEFT JOIN workers k ON k.id = w.lease_owner
+WHERE w.status = 'running'
+  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+ORDER BY w.updated_at;
+
+-- name: notify
+SELECT pg_notify('wfctl_new', '');

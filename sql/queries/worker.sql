@@ -1,0 +1,145 @@
+-- What a worker runs (wfctl/worker/). Every write for a workflow is fenced by the lease epoch
+-- it claimed with: a worker that lost the lease (recovered, cancelled) changes nothing.
+
+-- name: listen
+LISTEN wfctl_new;
+
+-- name: notify
+SELECT pg_notify('wfctl_new', '');
+
+-- name: claim
+-- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then
+-- age. The LIMIT ... SKIP LOCKED sits in a MATERIALIZED CTE so it is evaluated once. The same
+-- statement takes the lease (owner, epoch + 1), fills in the type's retry policy when the
+-- submitter left it NULL, and returns the journal of completed steps for a run that resumes.
+WITH policy AS (
+    SELECT p.workflow_type, p.max_retries
+    FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
+),
+picked AS MATERIALIZED (
+    SELECT w.id
+    FROM workflows w
+    WHERE w.status = 'pending'
+      AND w.run_at <= now()
+      AND w.workflow_type = ANY(%(types)s::text[])
+    ORDER BY w.priority DESC, w.run_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE workflows w
+SET status = 'running',
+    lease_owner = %(owner)s,
+    lease_epoch = w.lease_epoch + 1,
+    max_retries = coalesce(w.max_retries, p.max_retries),
+    started_at = coalesce(w.started_at, now()),
+    updated_at = now()
+FROM picked, policy p
+WHERE w.id = picked.id
+  AND p.workflow_type = w.workflow_type
+RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
+          CASE WHEN w.current_step > 0 THEN (
+              SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
+                              ORDER BY s.step_number)
+              FROM workflow_steps s
+              WHERE s.workflow_id = w.id AND s.status = 'completed'
+          ) END AS journal,
+          now() AS db_now;
+
+-- name: flush
+-- Group commit: the writes of many workflows in one statement, hence one commit. Each input
+-- row is one request: 'step' (checkpoint), 'park' (checkpoint a sleep and leave until
+-- wake), 'complete', 'fail' (final, or back to pending after a backoff), 'release' (back to
+-- pending now, at shutdown). Rows whose epoch no longer matches are skipped: fenced out.
+-- Re-sending a batch whose commit was not acknowledged is harmless: a step row written by the
+-- same epoch is simply written again, and a completion of a completed run matches again.
+WITH r AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(kinds)s::text[], %(steps)s::int[],
+                %(names)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
+                %(errors)s::text[], %(final)s::bool[], %(delays)s::float8[],
+                %(wake)s::timestamptz[], %(attempts)s::int[], %(details)s::text[])
+         AS t(id, epoch, kind, step, name, output, started, error, final, delay, wake, attempt,
+              detail)
+),
+w AS (
+    UPDATE workflows wf
+    SET status = CASE r.kind
+            WHEN 'step' THEN 'running'
+            WHEN 'complete' THEN 'completed'
+            WHEN 'fail' THEN CASE WHEN r.final THEN 'failed' ELSE 'pending' END
+            ELSE 'pending'
+        END,
+        current_step = CASE WHEN r.kind IN ('step', 'park') THEN r.step ELSE wf.current_step END,
+        output_data = CASE WHEN r.kind = 'complete' THEN r.output ELSE wf.output_data END,
+        error_message = CASE r.kind WHEN 'fail' THEN r.error WHEN 'complete' THEN NULL
+                                    ELSE wf.error_message END,
+        attempt = CASE WHEN r.kind = 'fail' AND NOT r.final THEN wf.attempt + 1 ELSE wf.attempt END,
+        run_at = CASE r.kind
+            WHEN 'fail' THEN now() + make_interval(secs => coalesce(r.delay, 0))
+            WHEN 'park' THEN r.wake
+            WHEN 'release' THEN now()
+            ELSE wf.run_at
+        END,
+        finished_at = CASE WHEN r.kind = 'complete' OR (r.kind = 'fail' AND r.final) THEN now()
+                           ELSE wf.finished_at END,
+        updated_at = now()
+    FROM r
+    WHERE wf.id = r.id
+      AND wf.lease_epoch = r.epoch
+      AND (wf.status = 'running' OR (r.kind = 'complete' AND wf.status = 'completed'))
+    RETURNING wf.id, wf.status, wf.attempt, wf.run_at
+),
+s AS (
+    INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
+                                      started_at, completed_at, error_message, attempt, lease_epoch)
+    SELECT r.id, r.step, r.name,
+           CASE WHEN r.kind = 'fail' THEN 'failed' ELSE 'completed' END,
+           CASE WHEN r.kind = 'fail' THEN NULL ELSE r.output END,
+           r.started, now(), CASE WHEN r.kind = 'fail' THEN coalesce(r.detail, r.error) END,
+           r.attempt, r.epoch
+    FROM r
+    JOIN w ON w.id = r.id
+    WHERE r.step IS NOT NULL AND r.kind IN ('step', 'park', 'fail')
+    ON CONFLICT (workflow_id, step_number) DO UPDATE
+    SET step_name = excluded.step_name, status = excluded.status,
+        output_data = excluded.output_data, started_at = excluded.started_at,
+        completed_at = excluded.completed_at, error_message = excluded.error_message,
+        attempt = excluded.attempt, lease_epoch = excluded.lease_epoch
+    WHERE ws.status <> 'completed' OR ws.lease_epoch = excluded.lease_epoch
+    RETURNING ws.workflow_id
+)
+SELECT w.id, w.status, w.attempt, w.run_at,
+       (r.step IS NULL OR r.kind NOT IN ('step', 'park', 'fail')
+        OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = w.id)) AS stored
+FROM w
+JOIN r ON r.id = w.id;
+
+-- name: heartbeat
+-- One statement per beat: register/refresh the worker row, and touch updated_at of the
+-- workflows it runs (so the reference "stuck for 5 minutes" query agrees with `recover`).
+-- Returns what the database thinks this worker runs, to notice lost leases early.
+WITH beat AS (
+    INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version)
+    VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s)
+    ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), stopped_at = NULL
+    RETURNING id
+)
+UPDATE workflows
+SET updated_at = now()
+WHERE lease_owner = %(id)s AND status = 'running'
+RETURNING id, lease_epoch;
+
+-- name: release_owned
+-- Shutdown: hand back every workflow this worker still holds, runnable at once.
+UPDATE workflows
+SET status = 'pending', run_at = now(), updated_at = now()
+WHERE lease_owner = %(id)s AND status = 'running'
+  AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+RETURNING id;
+
+-- name: stopped
+UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
+
+-- name: whereabouts
+-- Where did workflows whose lease we lost go? (for the log line)
+SELECT id, status, lease_owner, lease_epoch FROM workflows WHERE id = ANY(%(ids)s::uuid[]);

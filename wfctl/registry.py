@@ -1,0 +1,123 @@
+"""``@wfctl.workflow``: registering workflow types by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from wfctl.durations import parse_duration
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_RETRY_BASE = timedelta(seconds=1)
+DEFAULT_RETRY_CAP = timedelta(minutes=10)
+MAX_TYPE_LENGTH = 100  # workflows.workflow_type is varchar(100)
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    """A registered workflow: its function and its retry policy."""
+
+    name: str
+    fn: Callable[..., Any]
+    max_retries: int = DEFAULT_MAX_RETRIES
+    retry_base: timedelta = DEFAULT_RETRY_BASE
+    retry_cap: timedelta = DEFAULT_RETRY_CAP
+
+
+@dataclass
+class Registry:
+    types: dict[str, WorkflowType] = field(default_factory=dict)
+
+    def add(self, workflow_type: WorkflowType) -> None:
+        existing = self.types.get(workflow_type.name)
+        if existing is not None and existing.fn is not workflow_type.fn:
+            qual = getattr(existing.fn, "__qualname__", existing.fn)
+            raise ValueError(f"workflow type {workflow_type.name!r} is already registered by {qual}")
+        self.types[workflow_type.name] = workflow_type
+
+    def get(self, name: str) -> WorkflowType | None:
+        return self.types.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.types)
+
+
+#: The registry ``@workflow`` adds to; ``wfctl worker --app`` imports a module to fill it.
+default_registry = Registry()
+
+
+def _as_delta(value: str | float | timedelta, what: str) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    return parse_duration(value, what=what)
+
+
+def workflow(
+    name: str,
+    *,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    retry_base: str | float | timedelta = DEFAULT_RETRY_BASE,
+    retry_cap: str | float | timedelta = DEFAULT_RETRY_CAP,
+    registry: Registry | None = None,
+) -> Callable[[F], F]:
+    """Register ``fn(ctx, data)`` as the workflow type ``name``.
+
+    ``max_retries`` counts attempts after the first; a failed attempt is retried after
+    ``retry_base * 2**(attempt-1)`` (capped at ``retry_cap``) with jitter.
+    """
+    if not name or len(name) > MAX_TYPE_LENGTH:
+        raise ValueError(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
+    if max_retries < 0:
+        raise ValueError("max_retries must be >= 0")
+
+    def decorate(fn: F) -> F:
+        (registry or default_registry).add(
+            WorkflowType(
+                name=name,
+                fn=fn,
+                max_retries=max_retries,
+                retry_base=_as_delta(retry_base, "retry_base"),
+                retry_cap=_as_delta(retry_cap, "retry_cap"),
+            )
+        )
+        fn.__wfctl_type__ = name  # type: ignore[attr-defined]
+        return fn
+
+    return decorate
+
+
+def load_app(module: str, registry: Registry | None = None) -> Registry:
+    """Import the application module that registers workflows (a dotted path importable from
+    the current directory) and return the registry it filled."""
+    import importlib
+    import os
+    import sys
+
+    from wfctl.errors import AppError
+
+    target = registry or default_registry
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise AppError(f"--app {module!r} is not a dotted module path such as myapp.workflows")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise AppError(
+            f"cannot import --app {module}: {exc} (run from the directory that "
+            "holds the package, or set PYTHONPATH)"
+        ) from None
+    except Exception as exc:
+        raise AppError(f"importing --app {module} failed: {type(exc).__name__}: {exc}") from None
+    if not target.types:
+        raise AppError(
+            f'--app {module} registers no workflow: decorate workflow functions with @wfctl.workflow("name")'
+        )
+    return target

@@ -1,0 +1,60 @@
+"""Claiming runnable workflows in batches (SKIP LOCKED) and the LISTEN wake-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from wfctl.context import RecordedStep
+from wfctl.queries import q
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A workflow this worker now holds, with what it needs to run or resume it."""
+
+    id: UUID
+    workflow_type: str
+    input: Any
+    epoch: int
+    attempt: int
+    max_retries: int
+    journal: dict[int, RecordedStep]
+    db_now: datetime
+
+
+def claim(
+    conn: psycopg.Connection[Any],
+    owner: str,
+    policies: dict[str, int],
+    limit: int,
+) -> list[Claimed]:
+    """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> max_retries,
+    used when the submitter left max_retries unset). One statement, one commit."""
+    if limit <= 0 or not policies:
+        return []
+    types = list(policies)
+    rows = conn.execute(
+        q("worker.claim"),
+        {"types": types, "retries": [policies[t] for t in types], "limit": limit, "owner": owner},
+    ).fetchall()
+    claimed = []
+    for wid, wtype, data, epoch, attempt, max_retries, journal, db_now in rows:
+        steps = {
+            int(number): RecordedStep(int(number), name, output) for number, name, output in (journal or [])
+        }
+        claimed.append(Claimed(wid, wtype, data, int(epoch), int(attempt), int(max_retries), steps, db_now))
+    return claimed
+
+
+def listen(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(q("worker.listen"))
+
+
+def drain_notifications(conn: psycopg.Connection[Any]) -> int:
+    """How many wake-ups arrived (received now or during earlier statements)."""
+    return sum(1 for _ in conn.notifies(timeout=0))

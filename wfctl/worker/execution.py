@@ -1,0 +1,200 @@
+"""One claimed workflow running on a worker thread: the Journal the Context records through.
+
+Every write goes to the worker's database loop as a ``Request`` and this thread waits for it
+to be committed (group commit with the other threads' writes). A write that comes back fenced
+means the lease was lost: the run stops at once and commits nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from wfctl.context import (
+    Context,
+    DeterminismError,
+    Lost,
+    Parked,
+    RecordedStep,
+    Released,
+    StepFailed,
+)
+from wfctl.registry import WorkflowType
+from wfctl.worker.checkpoints import Kind, Request
+from wfctl.worker.claims import Claimed
+from wfctl.worker.log import WorkerLog
+from wfctl.worker.retry import backoff
+
+Send = Callable[[Request], None]
+
+MAX_ERROR_CHARS = 8000
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def error_with_traceback(error: BaseException) -> str:
+    text = "".join(traceback.format_exception(error)).strip()
+    return text[-MAX_ERROR_CHARS:]
+
+
+class Execution:
+    """Runs ``claimed`` with ``workflow.fn`` and reports its outcome through ``send``."""
+
+    def __init__(
+        self,
+        claimed: Claimed,
+        workflow: WorkflowType,
+        send: Send,
+        stopping: threading.Event,
+        log: WorkerLog,
+    ) -> None:
+        self.claimed = claimed
+        self.workflow = workflow
+        self._send = send
+        self._stopping = stopping
+        self._log = log
+        self._offset = claimed.db_now - datetime.now(UTC)
+        self.lost = False  # set by the database loop when a heartbeat shows the lease is gone
+        self.terminal = False  # a final write (complete, fail, park, release) was sent
+        self.outcome: str | None = None
+
+    @property
+    def id(self) -> str:
+        return str(self.claimed.id)
+
+    # -- Journal ------------------------------------------------------------------------------
+
+    def recorded(self, number: int) -> RecordedStep | None:
+        return self.claimed.journal.get(number)
+
+    def boundary(self) -> None:
+        if self.lost:
+            raise Lost()
+        if self._stopping.is_set():
+            raise Released()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self._offset
+
+    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+        if self.lost:
+            raise Lost()
+        if not self._write("step", step=number, name=name, output=output_json, started=started_at):
+            raise Lost()
+
+    def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        if not self._write(
+            "park",
+            step=number,
+            name=name,
+            output=output_json,
+            started=self.now(),
+            wake=wake_at,
+            terminal=True,
+        ):
+            raise Lost()
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _write(self, kind: Kind, *, terminal: bool = False, **values: object) -> bool:
+        request = Request(self.claimed.id, self.claimed.epoch, kind, self.claimed.attempt, **values)  # type: ignore[arg-type]
+        if terminal:
+            self.terminal = True
+        self._send(request)
+        request.done.wait()
+        if request.failure is not None:
+            return False
+        return request.ok
+
+    def run(self) -> None:
+        c = self.claimed
+        fields = {"type": c.workflow_type, "attempt": c.attempt}
+        self._log.event("started", self.id, **fields)
+        began = time.monotonic()
+        ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self)
+        try:
+            result = self.workflow.fn(ctx, c.input)
+            try:
+                output = json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                message = (
+                    f"workflow {c.workflow_type!r} returned a value of type "
+                    f"{type(result).__name__} that is not JSON-serialisable ({exc})"
+                )
+                self._fail(message, message, began)
+                return
+            if self._write("complete", output=output, terminal=True):
+                self.outcome = "completed"
+                self._log.event("completed", self.id, duration=_secs(began), **fields)
+            else:
+                self._lost(began)
+        except Parked as parked:
+            self.outcome = "parked"
+            self._log.event("parked", self.id, until=parked.wake_at.isoformat(timespec="seconds"), **fields)
+        except Released:
+            self.outcome = "released"
+            self._write("release", terminal=True)
+            self._log.event("released", self.id, reason="worker shutting down", **fields)
+        except Lost:
+            self._lost(began)
+        except DeterminismError as exc:
+            self._fail(str(exc), str(exc), began, final=True)
+        except StepFailed as exc:
+            summary = f"step {exc.number} ({exc.name!r}) failed: {describe_error(exc.error)}"
+            self._fail(summary, error_with_traceback(exc.error), began, step=exc)
+        except Exception as exc:
+            self._fail(describe_error(exc), error_with_traceback(exc), began)
+
+    def _fail(
+        self, summary: str, detail: str, began: float, *, final: bool = False, step: StepFailed | None = None
+    ) -> None:
+        c = self.claimed
+        final = final or c.attempt > c.max_retries
+        delay = None if final else backoff(c.attempt, self.workflow.retry_base, self.workflow.retry_cap)
+        values: dict[str, object] = {
+            "error": summary,
+            "final": final,
+            "delay": delay,
+            "detail": detail if detail != summary else None,
+        }
+        if step is not None:
+            values.update(step=step.number, name=step.name, started=step.started_at)
+        ok = self._write("fail", terminal=True, **values)
+        if not ok:
+            self._lost(began)
+            return
+        fields = {"type": c.workflow_type, "attempt": c.attempt, "duration": _secs(began)}
+        if final:
+            self.outcome = "failed"
+            self._log.event("failed", f"{self.id} {summary}", level="error", **fields)
+        else:
+            self.outcome = "retry"
+            self._log.event(
+                "retry",
+                f"{self.id} {summary}",
+                level="warning",
+                retry_in=f"{timedelta(seconds=delay or 0).total_seconds():.2f}s",
+                **fields,
+            )
+
+    def _lost(self, began: float) -> None:
+        self.outcome = "lost"
+        self._log.event(
+            "lost",
+            f"{self.id} lease lost (recovered, cancelled or released "
+            "elsewhere): nothing more is committed for it",
+            level="warning",
+            type=self.claimed.workflow_type,
+            epoch=self.claimed.epoch,
+            duration=_secs(began),
+        )
+
+
+def _secs(began: float) -> str:
+    return f"{time.monotonic() - began:.3f}s"

@@ -1,0 +1,49 @@
+"""Heartbeats: the worker row's liveness, and what the database thinks the worker runs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from wfctl import __version__
+from wfctl.queries import q
+
+
+@dataclass(frozen=True)
+class Identity:
+    id: str
+    hostname: str
+    pid: int
+
+    @classmethod
+    def new(cls) -> Identity:
+        host = socket.gethostname()
+        pid = os.getpid()
+        return cls(id=f"{host}:{pid}:{uuid.uuid4().hex[:6]}", hostname=host, pid=pid)
+
+
+def beat(conn: psycopg.Connection[Any], me: Identity, concurrency: int, types: list[str]) -> dict[UUID, int]:
+    """Refresh the worker row and the ``updated_at`` of its running workflows, in one statement.
+    Returns {workflow id: epoch} of the workflows the database says this worker runs."""
+    rows = conn.execute(
+        q("worker.heartbeat"),
+        {
+            "id": me.id,
+            "hostname": me.hostname,
+            "pid": me.pid,
+            "concurrency": concurrency,
+            "types": types,
+            "version": __version__,
+        },
+    ).fetchall()
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def stopped(conn: psycopg.Connection[Any], me: Identity) -> None:
+    conn.execute(q("worker.stopped"), {"id": me.id})

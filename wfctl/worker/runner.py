@@ -1,0 +1,358 @@
+"""The worker process: a database loop on the main thread, workflows on a pool of threads.
+
+The main thread owns the one database connection. It claims runnable workflows (batched,
+SKIP LOCKED), hands them to worker threads, group-commits the writes those threads ask for,
+heartbeats, listens for wake-ups, and handles signals:
+
+- SIGTERM / first SIGINT: stop claiming; let running steps finish, releasing each workflow at
+  its next step boundary; after ``grace``, release whatever still runs and exit.
+- second SIGINT: exit at once (the leases expire; ``wfctl recover`` requeues the runs).
+
+When the connection drops, the loop reconnects with backoff and re-sends the writes that were
+in flight; they are idempotent under the same lease epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from wfctl import schema
+from wfctl.connection import connect, scrub
+from wfctl.queries import q
+from wfctl.registry import Registry, WorkflowType
+from wfctl.worker import claims, heartbeat
+from wfctl.worker.checkpoints import Request, flush
+from wfctl.worker.execution import Execution
+from wfctl.worker.log import WorkerLog
+
+RECONNECT_MAX_DELAY = 5.0
+
+
+@dataclass
+class WorkerOptions:
+    concurrency: int = 8
+    types: list[str] | None = None
+    heartbeat: float = 10.0
+    grace: float = 30.0
+    poll: float = 1.0
+    listen: bool = True
+    burst: bool = False
+    prepare: bool = True
+    max_batch: int = 256
+    claim_types: dict[str, int] = field(default_factory=dict)
+
+
+class Worker:
+    def __init__(self, dsn: str, registry: Registry, options: WorkerOptions, log: WorkerLog) -> None:
+        self.dsn = dsn
+        self.options = options
+        self.log = log
+        self.me = heartbeat.Identity.new()
+        names = options.types or registry.names()
+        self.types: dict[str, WorkflowType] = {}
+        for name in names:
+            workflow = registry.get(name)
+            if workflow is not None:
+                self.types[name] = workflow
+        self.policies = {name: wt.max_retries for name, wt in self.types.items()}
+        self.conn: psycopg.Connection[Any] | None = None
+        self.requests: deque[Request] = deque()
+        self.finished: deque[Execution] = deque()
+        self.running: dict[UUID, Execution] = {}
+        self.stopping = threading.Event()
+        self.stop_deadline: float | None = None
+        self.interrupts = 0
+        self.exit_code = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._wakeups = 0
+        self._next_poll = 0.0
+        self._next_beat = 0.0
+        self._more = True
+
+    # -- threads -> loop ----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake anyway
+            os.write(self._wake_w, b"x")
+
+    def send(self, request: Request) -> None:
+        self.requests.append(request)
+        self._wake()
+
+    def _thread_main(self) -> None:
+        while True:
+            execution = self._work.get()
+            if execution is None:
+                return
+            try:
+                execution.run()
+            except BaseException as exc:  # never lose a slot to a bug
+                self.log.error(f"{execution.id} internal error: {type(exc).__name__}: {exc}")
+            finally:
+                self.finished.append(execution)
+                self._wake()
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts >= 2:
+                self.log.warning(
+                    "second interrupt: exiting now; unfinished workflows will be "
+                    "recovered once their lease goes stale"
+                )
+                os._exit(130)
+        if not self.stopping.is_set():
+            self.stopping.set()
+            self.stop_deadline = time.monotonic() + self.options.grace
+            name = signal.Signals(signum).name
+            self.log.info(
+                f"{name}: no new work; letting running steps finish (grace {self.options.grace:g}s)",
+                running=len(self.running),
+            )
+        self._wake()
+
+    def _install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    # -- database -----------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.dsn, prepare=self.options.prepare, application_name="wfctl worker")
+        if self.options.listen:
+            claims.listen(conn)
+        return conn
+
+    def _db(self) -> psycopg.Connection[Any]:
+        assert self.conn is not None
+        return self.conn
+
+    def _reconnect(self, error: BaseException) -> bool:
+        """Reconnect with backoff; False if we gave up because the worker is stopping."""
+        self.log.warning(f"lost the database connection ({_one_line(error, self.dsn)}); reconnecting")
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = None
+        delay = 0.1
+        started = time.monotonic()
+        while True:
+            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+                return False
+            try:
+                self.conn = self._connect()
+            except Exception:
+                time.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_DELAY)
+                continue
+            self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
+            self._next_beat = 0.0
+            self._more = True
+            return True
+
+    def _with_db(self, action: str, fn: Any, *args: Any) -> Any:
+        """Run ``fn(conn, *args)``, reconnecting and retrying on connection errors."""
+        while True:
+            try:
+                return fn(self._db(), *args)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not self._reconnect(exc):
+                    raise
+            except psycopg.Error as exc:
+                if self._db().closed or self._db().broken:
+                    if not self._reconnect(exc):
+                        raise
+                    continue
+                raise
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signals()
+        self.conn = self._connect()
+        schema.check(self.conn)
+        for index in range(self.options.concurrency):
+            thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._beat()
+        mode = "listen+poll" if self.options.listen else "poll only"
+        self.log.info(
+            f"worker {self.me.id} ready",
+            types=",".join(self.types),
+            concurrency=self.options.concurrency,
+            wakeup=mode,
+        )
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+        return self.exit_code
+
+    def _loop(self) -> None:
+        while True:
+            self._harvest()
+            if self.requests:
+                self._flush()
+                continue
+            now = time.monotonic()
+            if now >= self._next_beat:
+                self._beat()
+            if self.stopping.is_set():
+                if not self.running:
+                    return
+                if self.stop_deadline is not None and now >= self.stop_deadline:
+                    self._release_remaining()
+                    return
+            elif self._should_claim(now):
+                got = self._claim()
+                if got == 0 and self.options.burst and not self.running and not self.requests:
+                    self.log.info("burst: no runnable work left; exiting")
+                    return
+                continue
+            self._wait()
+
+    def _free_slots(self) -> int:
+        return self.options.concurrency - len(self.running)
+
+    def _should_claim(self, now: float) -> bool:
+        if self._free_slots() <= 0:
+            return False
+        return self._more or self._wakeups > 0 or now >= self._next_poll
+
+    def _claim(self) -> int:
+        limit = self._free_slots()
+        self._wakeups = 0
+        self._next_poll = time.monotonic() + self.options.poll
+        batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit)
+        self._more = len(batch) == limit
+        for claimed in batch:
+            execution = Execution(
+                claimed, self.types[claimed.workflow_type], self.send, self.stopping, self.log
+            )
+            self.running[claimed.id] = execution
+            self._work.put(execution)
+        return len(batch)
+
+    def _flush(self) -> None:
+        batch: list[Request] = []
+        while self.requests and len(batch) < self.options.max_batch:
+            batch.append(self.requests.popleft())
+        try:
+            self._with_db("flush", flush, batch)
+        except Exception as exc:
+            for request in batch:
+                request.abort(exc)
+            raise
+
+    def _beat(self) -> None:
+        self._next_beat = time.monotonic() + self.options.heartbeat
+        owned = self._with_db(
+            "heartbeat", heartbeat.beat, self.me, self.options.concurrency, list(self.types)
+        )
+        lost = [
+            e
+            for wid, e in self.running.items()
+            if not e.terminal and not e.lost and owned.get(wid) != e.claimed.epoch
+        ]
+        for execution in lost:
+            execution.lost = True
+            self.log.warning(
+                f"{execution.id} lease lost: another worker or `wfctl recover` / "
+                "`wfctl cancel` took it; this worker stops it at its next step"
+            )
+        orphans = [wid for wid in owned if wid not in self.running]
+        if orphans:  # claimed by a statement whose reply never arrived
+            self._with_db("release", _release, self.me.id, orphans)
+            self.log.info(f"released {len(orphans)} workflow(s) claimed during a connection loss")
+
+    def _harvest(self) -> None:
+        while self.finished:
+            execution = self.finished.popleft()
+            self.running.pop(execution.claimed.id, None)
+            if execution.outcome is not None and execution.outcome != "lost":
+                self._more = True  # a slot is free: there may be more waiting
+
+    def _wait(self) -> None:
+        now = time.monotonic()
+        deadlines = [self._next_beat]
+        if not self.stopping.is_set() and self._free_slots() > 0:
+            deadlines.append(self._next_poll)
+        if self.stop_deadline is not None:
+            deadlines.append(self.stop_deadline)
+        timeout = max(0.0, min(deadlines) - now)
+        watch = [self._wake_r]
+        conn = self._db()
+        if self.options.listen and not conn.closed:
+            watch.append(conn.fileno())
+        try:
+            ready, _, _ = select.select(watch, [], [], timeout)
+        except (OSError, ValueError):
+            ready = []
+        if self._wake_r in ready:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if self.options.listen:
+            with contextlib.suppress(psycopg.Error):
+                self._wakeups += self._with_db("listen", claims.drain_notifications)
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def _release_remaining(self) -> None:
+        ids = [wid for wid, e in self.running.items() if not e.terminal]
+        for execution in self.running.values():
+            execution.lost = True  # whatever it writes from now on is fenced by the status check
+        if ids:
+            released = self._with_db("release", _release, self.me.id, ids)
+            self.log.warning(
+                f"grace period over: released {len(released)} workflow(s) still "
+                "running; other workers resume them from their last checkpoint"
+            )
+
+    def _shutdown(self) -> None:
+        try:
+            if self.conn is not None and not self.conn.closed:
+                if self.running:
+                    self._release_remaining()
+                heartbeat.stopped(self.conn, self.me)
+                self.conn.execute(q("worker.notify"))
+                self.conn.close()
+        except psycopg.Error as exc:
+            self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
+        for _ in self._threads:
+            self._work.put(None)
+        self.log.info(f"worker {self.me.id} stopped")
+
+
+def _release(conn: psycopg.Connection[Any], owner: str, ids: list[UUID]) -> list[UUID]:
+    rows = conn.execute(q("worker.release_owned"), {"id": owner, "ids": ids}).fetchall()
+    if rows:
+        conn.execute(q("worker.notify"))
+    return [r[0] for r in rows]
+
+
+def _one_line(error: BaseException, dsn: str) -> str:
+    text = str(error).strip().splitlines()
+    return scrub(text[0] if text else type(error).__name__, dsn)

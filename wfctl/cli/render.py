@@ -4,6 +4,7 @@ for machines. The only module of the CLI that imports Rich."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -13,6 +14,13 @@ from uuid import UUID
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from wfctl.durations import format_duration
+from wfctl.reports import StatsReport, WorkflowDetail
+
+#: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
+PIPE_WIDTH = 200
 
 
 def _err() -> Console:
@@ -20,7 +28,8 @@ def _err() -> Console:
 
 
 def _out() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=PIPE_WIDTH if piped else None)
 
 
 def error(message: str) -> None:
@@ -67,7 +76,9 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
-def cell(value: Any) -> str:
+def cell(value: Any) -> str | Text:
+    if isinstance(value, Text):
+        return value
     if value is None:
         return "-"
     if isinstance(value, datetime):
@@ -103,3 +114,271 @@ def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
     for key, value in pairs:
         grid.add_row(key, cell(value))
     _out().print(grid)
+
+
+def text(body: str) -> None:
+    """Text on stdout exactly as given (such as the Prometheus exposition)."""
+    sys.stdout.write(body)
+    sys.stdout.flush()
+
+
+# Reports: stats, list, show, workers. They take the plain rows of wfctl.reports.
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "cyan",
+    "completed": "green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "live": "green",
+    "dead": "bold red",
+    "stopped": "dim",
+    "missing": "bold red",
+}
+TIMELINE_WIDTH = 40
+SUCCESS_COLUMNS = (
+    "type",
+    "total",
+    "completed",
+    "failed",
+    "running",
+    "pending",
+    "cancelled",
+    "success",
+    "p50",
+    "p95",
+)
+_NUM = "right"
+
+
+def styled(word: Any) -> Text:
+    return Text(str(word), style=STATUS_STYLES.get(str(word), ""))
+
+
+def seconds(value: Any) -> str:
+    return format_duration(None if value is None else float(value))
+
+
+def ago(value: Any) -> str:
+    return "-" if value is None else f"{seconds(value)} ago"
+
+
+def _count(value: Any, style: str) -> Text:
+    number = int(value or 0)
+    return Text(str(number), style=style if number else "")
+
+
+def stats_report(report: StatsReport, since: str) -> None:
+    """The three stats tables; a one-line notice (stderr) for each that has nothing to show."""
+    kind = f" of type {report.workflow_type!r}" if report.workflow_type else ""
+    if report.window_empty:
+        notice(f"no workflows{kind} were created in the last {since}")
+    else:
+        table(
+            f"Success rate by workflow type, created in the last {since}",
+            SUCCESS_COLUMNS,
+            [
+                (
+                    r["workflow_type"],
+                    r["total"],
+                    r["completed"],
+                    _count(r["failed"], "bold red"),
+                    r["running"],
+                    r["pending"],
+                    r["cancelled"],
+                    f"{r['success_pct']}%",
+                    seconds(r["p50_seconds"]),
+                    seconds(r["p95_seconds"]),
+                )
+                for r in report.success_rate
+            ],
+            justify=["left", *[_NUM] * 9],
+        )
+    stale = format_duration(report.stale.total_seconds())
+    if report.stuck:
+        stuck_table(report.stuck, f"Stuck runs: worker silent for more than {stale}")
+    elif not report.window_empty:
+        notice(f"no stuck runs{kind}: every running workflow's worker has beaten within {stale}")
+    if report.slow_steps:
+        table(
+            f"Slowest steps, workflows created in the last {since}",
+            ["type", "step", "count", "avg", "p50", "p95", "max"],
+            [
+                (
+                    r["workflow_type"],
+                    r["step_name"],
+                    r["count"],
+                    seconds(r["avg_seconds"]),
+                    seconds(r["p50_seconds"]),
+                    seconds(r["p95_seconds"]),
+                    seconds(r["max_seconds"]),
+                )
+                for r in report.slow_steps
+            ],
+            justify=["left", "left", *[_NUM] * 5],
+        )
+    elif not report.window_empty:
+        notice(f"no completed steps yet in the workflows created in the last {since}")
+
+
+def stuck_table(rows: Sequence[dict[str, Any]], title: str) -> None:
+    table(
+        title,
+        ["id", "type", "step", "attempt", "owner", "owner state", "silent for"],
+        [
+            (
+                r["id"],
+                r["workflow_type"],
+                f"{r['current_step']} {r['step_name']}" if r["step_name"] else r["current_step"],
+                r["attempt"],
+                r["lease_owner"],
+                styled(r["owner_state"]),
+                seconds(r["age_seconds"]),
+            )
+            for r in rows
+        ],
+        justify=["left", "left", "left", _NUM, "left", "left", _NUM],
+    )
+
+
+def _first_line(message: Any, width: int = 60) -> str | None:
+    if not message:
+        return None
+    first = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
+    table(
+        None,
+        ["id", "type", "status", "attempt", "step", "created", "duration", "error"],
+        [
+            (
+                r["id"],
+                r["workflow_type"],
+                styled(r["status"]),
+                r["attempt"],
+                r["current_step"],
+                r["created_at"],
+                seconds(r["duration_seconds"]),
+                _first_line(r["error_message"]),
+            )
+            for r in rows
+        ],
+        justify=["left", "left", "left", _NUM, _NUM, "left", _NUM, "left"],
+    )
+
+
+def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int = TIMELINE_WIDTH) -> Text:
+    """A bar placed at ``offset`` and ``duration`` long, on a line of ``width`` cells for ``span``."""
+    if offset is None or span <= 0:
+        return Text("")
+    start = min(width - 1, max(0, int(float(offset) / span * width)))
+    length = max(1, round(float(duration or 0) / span * width))
+    length = min(length, width - start)
+    return Text.assemble(" " * start, ("█" * length, style), " " * (width - start - length))
+
+
+def _attempt(attempt: int, max_retries: int | None) -> str:
+    return str(attempt) if max_retries is None else f"{attempt} of {1 + max_retries}"
+
+
+def workflow_detail(detail: WorkflowDetail) -> None:
+    """The workflow's row, its input, output and error, and the step timeline."""
+    w = detail.workflow
+    out = _out()
+    key_values(
+        f"Workflow {w['id']}",
+        [
+            ("type", w["workflow_type"]),
+            ("status", styled(w["status"])),
+            ("attempt", _attempt(w["attempt"], w["max_retries"])),
+            ("current step", w["current_step"]),
+            ("priority", w["priority"]),
+            ("idempotency key", w["idempotency_key"]),
+            ("created", w["created_at"]),
+            ("run at", w["run_at"]),
+            ("started", w["started_at"]),
+            ("finished", w["finished_at"]),
+            ("duration", seconds(w["duration_seconds"])),
+            ("updated", w["updated_at"]),
+            ("owner", w["lease_owner"]),
+            ("lease epoch", w["lease_epoch"]),
+        ],
+    )
+    for label, value in (("Input", w["input_data"]), ("Output", w["output_data"])):
+        out.print(Text(label, style="bold"))
+        out.print(Text(json.dumps(value, indent=2, default=_default, ensure_ascii=False)))
+    if w["error_message"]:
+        out.print(Text("Error", style="bold red"))
+        out.print(Text(str(w["error_message"]), style="red"))
+    if not detail.steps:
+        notice("no steps recorded yet")
+        return
+    ends = [float(s["offset_seconds"] or 0) + float(s["duration_seconds"] or 0) for s in detail.steps]
+    span = max([*ends, float(w["duration_seconds"] or 0)]) if w["finished_at"] else max(ends)
+    table(
+        f"Steps (timeline: {format_duration(span)} from the first claim)",
+        ["#", "step", "status", "attempt", "offset", "duration", "timeline", "error"],
+        [
+            (
+                s["step_number"],
+                s["step_name"],
+                styled(s["status"]),
+                s["attempt"],
+                seconds(s["offset_seconds"]),
+                seconds(s["duration_seconds"]),
+                timeline_bar(
+                    s["offset_seconds"], s["duration_seconds"], span, STATUS_STYLES.get(s["status"], "")
+                ),
+                _first_line(s["error_message"], 40),
+            )
+            for s in detail.steps
+        ],
+        justify=[_NUM, "left", "left", _NUM, _NUM, _NUM, "left", "left"],
+    )
+
+
+def workers_table(rows: Sequence[dict[str, Any]]) -> None:
+    table(
+        None,
+        ["id", "host", "pid", "state", "heartbeat", "running", "started", "version"],
+        [
+            (
+                r["id"],
+                r["hostname"],
+                r["pid"],
+                styled(r["state"]),
+                ago(r["heartbeat_age_seconds"]),
+                f"{r['running']}/{r['concurrency']}",
+                r["started_at"],
+                r["version"],
+            )
+            for r in rows
+        ],
+        justify=["left", "left", _NUM, "left", _NUM, _NUM, "left", "left"],
+    )
+
+
+class _NoProgress:
+    def __call__(self, n: int) -> None:
+        return None
+
+
+def progress(description: str, total: int) -> Any:
+    """A context manager yielding ``advance(n)``: a Rich progress bar when stderr is a terminal,
+    nothing otherwise."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def manager() -> Any:
+        if not sys.stderr.isatty():
+            yield _NoProgress()
+            return
+        from rich.progress import Progress
+
+        with Progress(console=_err(), transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(task, n)
+
+    return manager()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import TEST_SETTINGS, Result, Server, free_port, with_db
+from helpers import APPS, TEST_SETTINGS, Result, Server, free_port, with_db
 from typer.testing import CliRunner
 
 from wfctl import schema
@@ -131,3 +131,88 @@ def run_wfctl(clean_env: Path):
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run
+
+
+class Workers:
+    """Worker processes started by a test, all stopped (SIGKILL) at its end."""
+
+    def __init__(self, dsn: str, tmp: Path) -> None:
+        self.dsn = dsn
+        self.log = tmp / "effects.log"
+        self.gate = tmp / "gate"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.tmp = tmp
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
+        env.update(WFCTL_DSN=self.dsn, WFCTL_TEST_LOG=str(self.log), WFCTL_TEST_GATE=str(self.gate))
+        env.update(extra or {})
+        return env
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        index = len(self.procs)
+        out = open(self.tmp / f"worker{index}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "wfctl",
+                "worker",
+                "--app",
+                "testflows",
+                "--poll",
+                "100ms",
+                "--heartbeat",
+                "200ms",
+                "--log-format",
+                "plain",
+                *args,
+            ],
+            cwd=APPS,
+            env=self.env(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        proc.log_path = self.tmp / f"worker{index}.log"  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
+        """A --burst worker run to completion; returns its log."""
+        proc = self.start("--burst", *args, env=env)
+        code = proc.wait(timeout=timeout)
+        text = proc.log_path.read_text()  # type: ignore[attr-defined]
+        assert code == 0, text
+        return text
+
+    def wfctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
+        proc = subprocess.run(
+            [sys.executable, "-m", "wfctl", *args],
+            cwd=APPS,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    def effects(self) -> list[tuple[str, str]]:
+        if not self.log.exists():
+            return []
+        return [tuple(line.split(" ", 1)) for line in self.log.read_text().splitlines()]  # type: ignore[misc]
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers(dsn: str, tmp_path: Path) -> Iterator[Workers]:
+    manager = Workers(dsn, tmp_path)
+    try:
+        yield manager
+    finally:
+        manager.stop_all()

@@ -56,3 +56,20 @@ class Result:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+
+APPS = HERE / "apps"
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,83 @@
+"""Replay rules of Context, over the in-memory journal (no database needed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from wfctl.context import (
+    Context,
+    DeterminismError,
+    MemoryJournal,
+    Parked,
+    RecordedStep,
+    StepFailed,
+)
+
+
+def make(journal: MemoryJournal, attempt: int = 1) -> Context:
+    return Context("wf-1", "order", {"n": 1}, attempt, journal)
+
+
+def test_step_records_and_replays_without_calling_again():
+    calls: list[int] = []
+
+    def work(x: int) -> dict:
+        calls.append(x)
+        return {"x": x, "t": (1, 2)}
+
+    journal = MemoryJournal()
+    first = make(journal).step("work", work, 5)
+    assert first == {"x": 5, "t": [1, 2]}  # the stored JSON value, same as on replay
+    assert calls == [5] and journal.steps[1].name == "work"
+    again = make(journal, attempt=2).step("work", work, 5)
+    assert again == first and calls == [5]
+
+
+def test_renamed_step_is_a_determinism_error():
+    journal = MemoryJournal({1: RecordedStep(1, "charge", 10)})
+    with pytest.raises(DeterminismError, match=r"step 1 was 'charge'.*now calls 'ship'"):
+        make(journal).step("ship", lambda: None)
+
+
+def test_step_exception_becomes_step_failed_not_catchable_as_exception():
+    def broken() -> None:
+        raise ValueError("nope")
+
+    ctx = make(MemoryJournal())
+    with pytest.raises(StepFailed) as info:
+        try:
+            ctx.step("broken", broken)
+        except Exception:  # a workflow's own except Exception must not swallow it
+            pytest.fail("StepFailed was caught as an Exception")
+    assert info.value.number == 1 and isinstance(info.value.error, ValueError)
+
+
+def test_non_json_result_names_step_and_type():
+    with pytest.raises(StepFailed) as info:
+        make(MemoryJournal()).step("make_set", lambda: {1, 2})
+    message = str(info.value.error)
+    assert "'make_set'" in message and "set" in message and "JSON" in message
+
+
+def test_sleep_parks_with_checkpointed_wake_time_then_continues():
+    journal = MemoryJournal()
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    journal.clock = lambda: now
+    with pytest.raises(Parked) as info:
+        make(journal).sleep("1h")
+    assert info.value.wake_at == now + timedelta(hours=1)
+    assert journal.parked_until == now + timedelta(hours=1)
+    journal.clock = lambda: now + timedelta(minutes=30)  # woken early: sleeps on
+    with pytest.raises(Parked):
+        make(journal).sleep("1h")
+    journal.clock = lambda: now + timedelta(hours=2)
+    make(journal).sleep("1h")  # time has come: returns
+
+
+def test_bad_sleep_duration():
+    from wfctl.errors import UsageError
+
+    with pytest.raises(UsageError, match="invalid sleep duration"):
+        make(MemoryJournal()).sleep("soon")

@@ -1,0 +1,166 @@
+"""`wfctl submit`, `wfctl.submit` and the SQL function: ids, idempotency, bad input."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import psycopg
+import pytest
+
+import wfctl
+from wfctl.client import MAX_INPUT_BYTES
+
+
+def count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM workflows").fetchone()[0]
+
+
+def test_submit_prints_only_the_id(cli, dsn):
+    result = cli("submit", "order", '{"amount": 12}', "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    wid = result.stdout.strip()
+    assert result.stdout == wid + "\n" and uuid.UUID(wid)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT workflow_type, input_data, status, priority, max_retries FROM workflows WHERE id = %s",
+            (wid,),
+        ).fetchone()
+    assert row == ("order", {"amount": 12}, "pending", 0, None)
+
+
+def test_same_key_twice_is_one_workflow(cli, dsn):
+    first = cli("submit", "order", "{}", "--key", "order-42", "--dsn", dsn)
+    second = cli("submit", "order", '{"other": 1}', "--key", "order-42", "--dsn", dsn)
+    assert first.exit_code == second.exit_code == 0
+    assert first.stdout == second.stdout
+    assert "used before" in second.stderr and first.stderr == ""
+    assert count(dsn) == 1
+
+
+def test_priority_and_max_retries_are_stored(cli, dsn):
+    result = cli("submit", "order", "--priority", "7", "--max-retries", "0", "--dsn", dsn)
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT priority, max_retries, input_data FROM workflows WHERE id = %s", (result.stdout.strip(),)
+        ).fetchone() == (7, 0, None)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["order", "{bad"], "malformed JSON input"),
+        (["order", "{}", "--delay", "10"], "invalid --delay '10'"),
+        (["order", "{}", "--delay", "-5m"], "invalid --delay '-5m'"),
+        (["order", "{}", "--delay", "soon"], "invalid --delay 'soon'"),
+        (["order", "{}", "--max-retries", "-1"], "cannot be negative"),
+        (["order", "{}", "--input-file", "x.jsonl"], "either as JSON or with --input-file"),
+        (["", "{}"], "1 to 100 characters"),
+        (["x" * 101, "{}"], "1 to 100 characters"),
+    ],
+)
+def test_bad_submit_input_is_one_line_and_stores_nothing(cli, dsn, args, fragment):
+    result = cli("submit", *args, "--dsn", dsn)
+    assert result.exit_code == 2, result.output
+    assert fragment in result.stderr and result.stderr.count("\n") == 1
+    assert result.stdout == "" and count(dsn) == 0
+
+
+def test_oversized_input(cli, dsn):
+    big = json.dumps({"blob": "x" * (MAX_INPUT_BYTES + 1)})
+    result = cli("submit", "order", big, "--dsn", dsn)
+    assert result.exit_code == 2 and "over the limit" in result.stderr and count(dsn) == 0
+
+
+def test_input_file_in_one_transaction(cli, dsn, clean_env):
+    path = clean_env / "in.jsonl"
+    path.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(2500)) + "\n")
+    result = cli("submit", "order", "--input-file", str(path), "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.split()) == 2500 and count(dsn) == 2500
+    assert "submitted 2500" in result.stderr
+
+
+def test_input_file_from_stdin(cli, dsn):
+    result = cli("submit", "order", "--input-file", "-", "--dsn", dsn, "--json", input='{"a":1}\n{"a":2}\n')
+    assert result.exit_code == 0 and json.loads(result.stdout)["count"] == 2
+
+
+def test_bad_line_names_its_number_and_stores_nothing(cli, dsn, clean_env):
+    path = clean_env / "in.jsonl"
+    path.write_text('{"n": 1}\n{"n": 2}\n{"n": oops}\n{"n": 4}\n')
+    result = cli("submit", "order", "--input-file", str(path), "--dsn", dsn)
+    assert result.exit_code == 2 and "line 3" in result.stderr and "nothing was submitted" in result.stderr
+    assert count(dsn) == 0
+
+
+def test_non_utf8_file(cli, dsn, clean_env):
+    path = clean_env / "in.jsonl"
+    path.write_bytes(b'{"n": 1}\n{"n": "\xff"}\n')
+    result = cli("submit", "order", "--input-file", str(path), "--dsn", dsn)
+    assert result.exit_code == 2 and "not valid UTF-8 (line 2" in result.stderr and count(dsn) == 0
+
+
+def test_missing_input_file(cli, dsn, clean_env):
+    result = cli("submit", "order", "--input-file", str(clean_env / "nope.jsonl"), "--dsn", dsn)
+    assert result.exit_code == 2 and "cannot read --input-file" in result.stderr
+
+
+def test_unknown_type_once_workers_registered_types(cli, dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types)"
+            " VALUES ('w', 'h', 1, 8, '{order,refund}')"
+        )
+    result = cli("submit", "ordr", "{}", "--dsn", dsn)
+    assert result.exit_code == 2 and "unknown workflow type 'ordr'" in result.stderr
+    assert "known: order, refund" in result.stderr and count(dsn) == 0
+    assert cli("submit", "ordr", "{}", "--force", "--dsn", dsn).exit_code == 0
+
+
+def test_type_with_quotes_and_sql_is_stored_literally(cli, dsn):
+    nasty = "x'); DROP TABLE workflows; --\"\\"
+    result = cli("submit", nasty, '{"q": "\'"}', "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT workflow_type, input_data FROM workflows").fetchall() == [
+            (nasty, {"q": "'"})
+        ]
+
+
+def test_missing_schema_says_run_init(cli, empty_dsn):
+    result = cli("submit", "order", "{}", "--dsn", empty_dsn)
+    assert result.exit_code == 5
+    assert (
+        result.stderr == "wfctl: error: this database has no wfctl schema (run `wfctl init` to install it)\n"
+    )
+
+
+def test_newer_schema_says_upgrade_wfctl(cli, dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future')")
+    result = cli("recover", "--dsn", dsn)
+    assert result.exit_code == 5 and "newer than this wfctl" in result.stderr
+
+
+def test_python_api_and_sql_function(dsn):
+    first = wfctl.submit(dsn, "order", {"a": 1}, key="k", priority=3, delay="1m")
+    again = wfctl.submit(dsn, "order", {"a": 2}, key="k")
+    assert first == again
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sql_id = conn.execute("SELECT wfctl_submit('order', '{\"b\": 2}'::jsonb, 'k')").fetchone()[0]
+        other = conn.execute("SELECT wfctl_submit('refund')").fetchone()[0]
+        assert sql_id == first and other != first
+        assert conn.execute("SELECT count(*) FROM workflows").fetchone()[0] == 2
+        # inside the application's own transaction: enqueued atomically with its writes
+        with conn.transaction():
+            inner = wfctl.submit(conn, "order", {"c": 3})
+            conn.execute("SELECT 1")
+        assert conn.execute("SELECT count(*) FROM workflows WHERE id = %s", (inner,)).fetchone()[0] == 1
+
+
+def test_python_api_rejects_bad_input(dsn):
+    with pytest.raises(wfctl.errors.UsageError, match="not JSON-serialisable"):
+        wfctl.submit(dsn, "order", {"s": {1}})
+    assert count(dsn) == 0

@@ -9,14 +9,12 @@ SELECT pg_notify('wfctl_new', '');
 
 -- name: claim
 -- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then
--- age. The LIMIT ... SKIP LOCKED sits in a MATERIALIZED CTE so it is evaluated once. The same
--- statement takes the lease (owner, epoch + 1), fills in the type's retry policy when the
--- submitter left it NULL, and returns the journal of completed steps for a run that resumes.
-WITH policy AS (
-    SELECT p.workflow_type, p.max_retries
-    FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
-),
-picked AS MATERIALIZED (
+-- age. The LIMIT ... SKIP LOCKED sits in a MATERIALIZED CTE so it is evaluated once, and the
+-- UPDATE finds the picked rows by primary key (= ANY of an array), a plan that stays right
+-- under a cached generic plan and stale statistics. The same statement takes the lease
+-- (owner, epoch + 1), fills in the type's retry policy when the submitter left max_retries
+-- NULL, and returns the journal of completed steps for a run that resumes.
+WITH picked AS MATERIALIZED (
     SELECT w.id
     FROM workflows w
     WHERE w.status = 'pending'
@@ -30,12 +28,14 @@ UPDATE workflows w
 SET status = 'running',
     lease_owner = %(owner)s,
     lease_epoch = w.lease_epoch + 1,
-    max_retries = coalesce(w.max_retries, p.max_retries),
+    max_retries = coalesce(w.max_retries, (
+        SELECT p.max_retries
+        FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
+        WHERE p.workflow_type = w.workflow_type
+    )),
     started_at = coalesce(w.started_at, now()),
     updated_at = now()
-FROM picked, policy p
-WHERE w.id = picked.id
-  AND p.workflow_type = w.workflow_type
+WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
           CASE WHEN w.current_step > 0 THEN (
               SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
@@ -86,7 +86,10 @@ w AS (
     FROM r
     WHERE wf.id = r.id
       AND wf.lease_epoch = r.epoch
-      AND (wf.status = 'running' OR (r.kind = 'complete' AND wf.status = 'completed'))
+      -- written so that it depends on r: the planner must find rows by id (primary key), not
+      -- by a status index, even when the table's statistics are stale
+      AND wf.status = ANY (CASE WHEN r.kind = 'complete' THEN ARRAY['running', 'completed']
+                                ELSE ARRAY['running'] END)
     RETURNING wf.id, wf.status, wf.attempt, wf.run_at
 ),
 s AS (
@@ -143,3 +146,9 @@ UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
 -- name: whereabouts
 -- Where did workflows whose lease we lost go? (for the log line)
 SELECT id, status, lease_owner, lease_epoch FROM workflows WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: session_setup
+-- The worker's statements run thousands of times with small arrays: plan them once (a generic
+-- plan) instead of re-planning each execution. Session-level, so not sent through a
+-- transaction pooler (--no-listen), where statements are not prepared anyway.
+SET plan_cache_mode = force_generic_plan;

@@ -39,6 +39,8 @@ from wfctl.worker.execution import Execution
 from wfctl.worker.log import WorkerLog
 
 RECONNECT_MAX_DELAY = 5.0
+COALESCE_GAP = 0.0003  # seconds without a new write after which a group commit goes out
+COALESCE_MAX = 0.002  # the longest a write waits for company
 
 
 @dataclass
@@ -138,6 +140,8 @@ class Worker:
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = connect(self.dsn, prepare=self.options.prepare, application_name="wfctl worker")
+        if self.options.prepare:
+            conn.execute(q("worker.session_setup"))
         if self.options.listen:
             claims.listen(conn)
         return conn
@@ -212,6 +216,7 @@ class Worker:
         while True:
             self._harvest()
             if self.requests:
+                self._coalesce()
                 self._flush()
                 continue
             now = time.monotonic()
@@ -230,6 +235,33 @@ class Worker:
                     return
                 continue
             self._wait()
+
+    def _coalesce(self) -> None:
+        """Group commit: before flushing, give the other running workflows a moment to reach
+        their next write, so that one commit carries as many checkpoints as possible. Stops as
+        soon as every running workflow is waiting, or nobody arrived within COALESCE_GAP (the
+        others are busy in long steps), and never waits more than COALESCE_MAX in all."""
+        deadline = time.monotonic() + COALESCE_MAX
+        while True:
+            self._harvest()
+            if len(self.requests) >= len(self.running) or len(self.requests) >= self.options.max_batch:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            before = len(self.requests)
+            ready, _, _ = select.select([self._wake_r], [], [], min(COALESCE_GAP, remaining))
+            if ready:
+                self._drain_wake_pipe()
+            if len(self.requests) == before:
+                return
+
+    def _drain_wake_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self.running)
@@ -309,11 +341,7 @@ class Worker:
         except (OSError, ValueError):
             ready = []
         if self._wake_r in ready:
-            try:
-                while os.read(self._wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            self._drain_wake_pipe()
         if self.options.listen:
             with contextlib.suppress(psycopg.Error):
                 self._wakeups += self._with_db("listen", claims.drain_notifications)

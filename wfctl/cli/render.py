@@ -168,7 +168,7 @@ def _count(value: Any, style: str) -> Text:
     return Text(str(number), style=style if number else "")
 
 
-def stats_report(report: StatsReport, since: str) -> None:
+def stats_report(report: StatsReport, since: str, stale: str) -> None:
     """The three stats tables; a one-line notice (stderr) for each that has nothing to show."""
     kind = f" of type {report.workflow_type!r}" if report.workflow_type else ""
     if report.window_empty:
@@ -194,7 +194,6 @@ def stats_report(report: StatsReport, since: str) -> None:
             ],
             justify=["left", *[_NUM] * 9],
         )
-    stale = format_duration(report.stale.total_seconds())
     if report.stuck:
         stuck_table(report.stuck, f"Stuck runs: worker silent for more than {stale}")
     elif not report.window_empty:
@@ -307,6 +306,8 @@ def workflow_detail(detail: WorkflowDetail) -> None:
         ],
     )
     for label, value in (("Input", w["input_data"]), ("Output", w["output_data"])):
+        if value is None:
+            continue
         out.print(Text(label, style="bold"))
         out.print(Text(json.dumps(value, indent=2, default=_default, ensure_ascii=False)))
     if w["error_message"]:
@@ -382,3 +383,7 @@ def progress(description: str, total: int) -> Any:
             yield lambda n: bar.advance(task, n)
 
     return manager()
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()

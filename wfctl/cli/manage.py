@@ -1,0 +1,100 @@
+"""Commands that manage existing workflows: cancel, retry, prune."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from wfctl import control
+from wfctl.cli import render
+from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.durations import parse_duration
+
+
+def cancel(
+    workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Kept as the error message.")] = None,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Cancel a workflow: a pending one at once, a running one at its next step boundary."""
+    session = Session.create(dsn, config, json)
+    wid = control.parse_id(workflow_id)
+    with session.connect() as conn:
+        done = control.cancel(conn, wid, reason)
+    if session.json:
+        render.print_json({"id": str(wid), "previous_status": done.previous_status, "worker": done.worker})
+    elif done.previous_status == "running":
+        render.notice(
+            f"cancelled {wid}: its worker {done.worker} stops it at the next step "
+            "boundary and commits nothing more for it"
+        )
+    else:
+        render.notice(f"cancelled {wid} (it was pending)")
+
+
+def retry(
+    workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.")],
+    from_step: Annotated[
+        int | None,
+        typer.Option("--from-step", help="Forget the checkpoints of step N and later (default: keep all)."),
+    ] = None,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Put a failed or cancelled workflow back to pending, with its attempt counter reset."""
+    session = Session.create(dsn, config, json)
+    wid = control.parse_id(workflow_id)
+    with session.connect() as conn:
+        done = control.retry(conn, wid, from_step)
+    if session.json:
+        render.print_json({"id": str(wid), "resumes_after_step": done.kept_steps})
+    else:
+        render.notice(f"retrying {wid}: pending again, resuming after step {done.kept_steps}")
+
+
+def prune(
+    older_than: Annotated[str, typer.Option("--older-than", help="Finished longer ago than this (30d).")],
+    status: Annotated[
+        str, typer.Option("--status", help="Which finished statuses, comma-separated.")
+    ] = "completed,failed,cancelled",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Delete old finished workflows and their steps, in batches (silent when nothing is old)."""
+    session = Session.create(dsn, config, json)
+    age = parse_duration(older_than, what="--older-than", allow_zero=False)
+    statuses = control.parse_statuses(status, control.FINISHED)
+    with session.connect() as conn:
+        if dry_run:
+            result = control.prune(conn, age, statuses, dry_run=True)
+        else:
+            total = control.prune_total(conn, age, statuses) if render.stderr_is_terminal() else 0
+            with render.progress("pruning", total=total) as advance:
+                result = control.prune(conn, age, statuses, progress=advance)
+    if session.json:
+        render.print_json(
+            {
+                "dry_run": dry_run,
+                "workflows": result.workflows,
+                "steps": result.steps,
+                "workers": result.workers,
+            }
+        )
+    elif result.workflows or result.workers:
+        verb = "would remove" if dry_run else "removed"
+        render.line(
+            f"{verb} {result.workflows} workflow(s) and {result.steps} step(s)"
+            + (f", and {result.workers} old worker row(s)" if result.workers else "")
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(cancel)
+    app.command()(retry)
+    app.command()(prune)

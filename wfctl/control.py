@@ -1,0 +1,133 @@
+"""Operator actions on workflows: cancel, retry, prune. Plain values in, plain results out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from wfctl.errors import InvalidState, NotFound, UsageError
+from wfctl.queries import q
+
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+FINISHED = ("completed", "failed", "cancelled")
+PRUNE_BATCH = 1000
+
+
+def parse_id(text: str) -> UUID:
+    try:
+        return UUID(text.strip())
+    except (ValueError, AttributeError):
+        raise UsageError(
+            f"{text!r} is not a workflow id (a UUID such as 1b9e0f6c-8d7f-4a43-9a1e-9f3c2b0f3a11)"
+        ) from None
+
+
+def parse_statuses(text: str, allowed: Sequence[str] = STATUSES) -> list[str]:
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in allowed]
+    if bad or not words:
+        raise UsageError(
+            f"invalid status {', '.join(bad) or repr(text)}: use {', '.join(allowed)} (comma-separated)"
+        )
+    return words
+
+
+def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> tuple[Any, ...]:
+    row = conn.execute(q("control.lookup"), {"id": wid}).fetchone()
+    if row is None:
+        raise NotFound(f"no workflow {wid}")
+    return tuple(row)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    id: UUID
+    previous_status: str
+    worker: str | None
+
+
+def cancel(conn: psycopg.Connection[Any], wid: UUID, reason: str | None = None) -> Cancelled:
+    row = conn.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchone()
+    if row is None:
+        _id, status, _owner, _step = _lookup(conn, wid)
+        raise InvalidState(f"workflow {wid} is already {status}: there is nothing to cancel")
+    return Cancelled(wid, row[0], row[1])
+
+
+@dataclass(frozen=True)
+class Retried:
+    id: UUID
+    kept_steps: int  # checkpoints kept: the run resumes after step kept_steps
+
+
+def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None) -> Retried:
+    if from_step is not None and from_step < 1:
+        raise UsageError("--from-step counts from 1")
+    with conn.transaction():
+        _id, status, _owner, _step = _lookup(conn, wid)
+        if status not in ("failed", "cancelled"):
+            raise InvalidState(
+                f"workflow {wid} is {status}: only a failed or cancelled workflow can be retried"
+            )
+        if from_step is not None:
+            conn.execute(q("control.retry_delete_steps"), {"id": wid, "from_step": from_step})
+        row = conn.execute(q("control.retry"), {"id": wid}).fetchone()
+        if row is None:  # changed between the lookup and the update
+            raise InvalidState(f"workflow {wid} changed state meanwhile; look again")
+        conn.execute(q("control.notify"))
+    return Retried(wid, int(row[0]))
+
+
+@dataclass(frozen=True)
+class Pruned:
+    workflows: int
+    steps: int
+    workers: int
+
+
+def prune(
+    conn: psycopg.Connection[Any],
+    older_than: timedelta,
+    statuses: Sequence[str],
+    *,
+    dry_run: bool = False,
+    batch: int = PRUNE_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> Pruned:
+    """Delete finished workflows (and their steps) older than ``older_than``, in batches that
+    each commit on their own; with ``dry_run``, only count them."""
+    bad = [s for s in statuses if s not in FINISHED]
+    if bad:
+        raise UsageError(
+            f"prune removes finished workflows only ({', '.join(FINISHED)}), not {', '.join(bad)}"
+        )
+    params = {"statuses": list(statuses), "older_than": older_than, "batch": batch}
+    if dry_run:
+        row = conn.execute(q("control.prune_count"), params).fetchone()
+        assert row is not None
+        return Pruned(int(row[0]), int(row[1]), 0)
+    workflows = steps = 0
+    while True:
+        row = conn.execute(q("control.prune_batch"), params).fetchone()
+        assert row is not None
+        done_w, done_s = int(row[0]), int(row[1])
+        workflows += done_w
+        steps += done_s
+        if progress is not None and done_w:
+            progress(done_w)
+        if done_w < batch:
+            break
+    workers = len(conn.execute(q("control.prune_workers"), params).fetchall())
+    return Pruned(workflows, steps, workers)
+
+
+def prune_total(conn: psycopg.Connection[Any], older_than: timedelta, statuses: Sequence[str]) -> int:
+    row = conn.execute(
+        q("control.prune_count"), {"statuses": list(statuses), "older_than": older_than}
+    ).fetchone()
+    return int(row[0]) if row else 0

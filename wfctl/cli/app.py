@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 
 from wfctl import __version__
 from wfctl.cli import db as db_commands
-from wfctl.cli import manage, render, run
+from wfctl.cli import completion, manage, render, run
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate
@@ -128,6 +128,7 @@ def _global(
 
 run.register(app)
 manage.register(app)
+completion.register(app)
 app.add_typer(db_commands.app, name="db")
 
 

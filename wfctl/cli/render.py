@@ -387,3 +387,9 @@ def progress(description: str, total: int) -> Any:
 
 def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
+
+
+def raw(text: str) -> None:
+    """Text on stdout exactly as given."""
+    sys.stdout.write(text)
+    sys.stdout.flush()

@@ -15,8 +15,8 @@ import typer
 from typer.core import TyperGroup
 
 from wfctl import __version__
-from wfctl.cli import db as db_commands
 from wfctl.cli import completion, manage, render, run
+from wfctl.cli import db as db_commands
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate

@@ -1,0 +1,51 @@
+"""`wfctl demo`: a guided run on the configured (by default, embedded) database."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Annotated
+
+import typer
+
+from wfctl import demo, schema
+from wfctl.cli import render
+from wfctl.cli.common import ConfigOpt, DsnOpt, Session
+
+
+def demo_command(
+    orders: Annotated[int, typer.Option("--orders", help="How many ordinary orders to submit.")] = 30,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Install the schema, run a few dozen demo orders (one fails and retries, one loses its
+    worker to SIGKILL and is recovered), then show what happened."""
+    if not 1 <= orders <= 1000:
+        from wfctl.errors import UsageError
+
+        raise UsageError("--orders must be between 1 and 1000")
+    session = Session.create(dsn, config)
+    dsn_value = session.dsn()
+    with session.connect(check_schema=False) as conn:
+        result = schema.migrate(conn)
+        render.notice("schema installed" if result.applied else "schema is up to date")
+        with tempfile.TemporaryFile("w+") as log:
+            outcome = demo.run(conn, dsn_value, render.notice, orders=orders, log=log)
+            log.seek(0)
+            events = [
+                line.rstrip() for line in log if " retry " in line or " lost " in line or " failed " in line
+            ]
+    for line in events:
+        render.notice(f"  worker log: {line}")
+    render.notice(f"all {len(outcome.ids)} orders finished in {outcome.seconds:.1f}s")
+    render.table(
+        "Demo runs",
+        ["status", "runs", "highest attempt"],
+        outcome.summary,
+        justify=["left", "right", "right"],
+    )
+    render.notice(f"look closer: wfctl show {outcome.crashed}   (the order whose worker was killed)")
+    render.notice(f"             wfctl show {outcome.flaky}   (the order that failed once and was retried)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_command)

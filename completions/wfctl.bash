@@ -2,8 +2,8 @@
 _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
-    local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "init" "prune" "recover" "retry" "submit" "worker")
-    local takes_value=" --app --concurrency --config --delay --dsn --from-step --grace --heartbeat --input-file --key --log-format --max-retries --older-than --orders --poll --priority --reason --stale --status --types -c "
+    local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "init" "list" "metrics" "prune" "recover" "retry" "show" "stats" "submit" "worker" "workers")
+    local takes_value=" --app --concurrency --config --delay --dsn --from-step --grace --heartbeat --input-file --key --limit --log-format --max-retries --older-than --orders --poll --priority --reason --since --stale --status --type --types -c "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -22,7 +22,7 @@ _wfctl() {
     esac
     local opts="" cmds=""
     case "$path" in
-        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo init prune recover retry submit worker" ;;
+        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo init list metrics prune recover retry show stats submit worker workers" ;;
         "cancel") opts="--reason --dsn --config --json --help -h"; cmds="" ;;
         "completion") opts="--help -h"; cmds="" ;;
         "db") opts="--help -h"; cmds="start status stop url" ;;
@@ -32,11 +32,16 @@ _wfctl() {
         "db url") opts="--dsn --config --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
         "init") opts="--dsn --config --json --help -h"; cmds="" ;;
+        "list") opts="--status --type --since --limit --dsn --config --json --help -h"; cmds="" ;;
+        "metrics") opts="--stale --since --dsn --config --json --help -h"; cmds="" ;;
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;
         "recover") opts="--stale --dry-run --dsn --config --json --help -h"; cmds="" ;;
         "retry") opts="--from-step --dsn --config --json --help -h"; cmds="" ;;
+        "show") opts="--dsn --config --json --help -h"; cmds="" ;;
+        "stats") opts="--since --stale --type --dsn --config --json --help -h"; cmds="" ;;
         "submit") opts="--input-file --key --delay --priority --max-retries --force --dsn --config --json --help -h"; cmds="" ;;
         "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
+        "workers") opts="--stale --dsn --config --json --help -h"; cmds="" ;;
     esac
     if [[ "$cur" == -* || -z "$cmds" ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))

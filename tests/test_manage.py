@@ -34,7 +34,7 @@ def test_cancel_unknown_and_malformed_ids(cli, dsn):
     missing = cli("cancel", str(uuid.uuid4()), "--dsn", dsn)
     assert missing.exit_code == 6 and "no workflow" in missing.stderr
     bad = cli("cancel", "not-a-uuid", "--dsn", dsn)
-    assert bad.exit_code == 2 and "is not a workflow id" in bad.stderr
+    assert bad.exit_code == 2 and "invalid workflow id" in bad.stderr
 
 
 def test_cancel_running_stops_it_at_the_next_step(workers, dsn):

@@ -12,29 +12,9 @@ import psycopg
 
 from wfctl.errors import InvalidState, NotFound, UsageError
 from wfctl.queries import q
+from wfctl.words import FINISHED
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-FINISHED = ("completed", "failed", "cancelled")
 PRUNE_BATCH = 1000
-
-
-def parse_id(text: str) -> UUID:
-    try:
-        return UUID(text.strip())
-    except (ValueError, AttributeError):
-        raise UsageError(
-            f"{text!r} is not a workflow id (a UUID such as 1b9e0f6c-8d7f-4a43-9a1e-9f3c2b0f3a11)"
-        ) from None
-
-
-def parse_statuses(text: str, allowed: Sequence[str] = STATUSES) -> list[str]:
-    words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in allowed]
-    if bad or not words:
-        raise UsageError(
-            f"invalid status {', '.join(bad) or repr(text)}: use {', '.join(allowed)} (comma-separated)"
-        )
-    return words
 
 
 def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> tuple[Any, ...]:

@@ -37,7 +37,6 @@ class DemoResult:
     flaky: UUID
     crashed: UUID
     recovered: list[recovery.Recovered]
-    summary: list[tuple[str, int, int]]
     seconds: float
 
 
@@ -138,10 +137,7 @@ def run(
     finally:
         if second.poll() is None:
             second.kill()
-    summary = [
-        (r[0], int(r[1]), int(r[2])) for r in conn.execute(q("demo.summary"), {"ids": everyone}).fetchall()
-    ]
-    return DemoResult(everyone, flaky, crashed, recovered, summary, time.monotonic() - began)
+    return DemoResult(everyone, flaky, crashed, recovered, time.monotonic() - began)
 
 
 def _finished(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:

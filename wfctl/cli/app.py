@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from wfctl import __version__
-from wfctl.cli import completion, demo, manage, render, run
+from wfctl.cli import completion, demo, inspect, manage, render, run
 from wfctl.cli import db as db_commands
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
@@ -128,6 +128,7 @@ def _global(
 
 run.register(app)
 manage.register(app)
+inspect.register(app)
 demo.register(app)
 completion.register(app)
 app.add_typer(db_commands.app, name="db")

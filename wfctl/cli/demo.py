@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import tempfile
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
-from wfctl import demo, schema
+from wfctl import demo, reports, schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, Session
 
@@ -37,12 +38,12 @@ def demo_command(
     for line in events:
         render.notice(f"  worker log: {line}")
     render.notice(f"all {len(outcome.ids)} orders finished in {outcome.seconds:.1f}s")
-    render.table(
-        "Demo runs",
-        ["status", "runs", "highest attempt"],
-        outcome.summary,
-        justify=["left", "right", "right"],
-    )
+    with session.connect() as conn:
+        report = reports.stats(
+            conn, since=timedelta(hours=24), stale=timedelta(minutes=5), workflow_type=demo.TYPE
+        )
+    render.notice("this is what `wfctl stats --since 24h --type demo-order` shows now:")
+    render.stats_report(report, "24h", "5m")
     render.notice(f"look closer: wfctl show {outcome.crashed}   (the order whose worker was killed)")
     render.notice(f"             wfctl show {outcome.flaky}   (the order that failed once and was retried)")
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from wfctl import control
+from wfctl import control, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import parse_duration
@@ -21,7 +21,7 @@ def cancel(
 ) -> None:
     """Cancel a workflow: a pending one at once, a running one at its next step boundary."""
     session = Session.create(dsn, config, json)
-    wid = control.parse_id(workflow_id)
+    wid = words.parse_id(workflow_id)
     with session.connect() as conn:
         done = control.cancel(conn, wid, reason)
     if session.json:
@@ -47,7 +47,7 @@ def retry(
 ) -> None:
     """Put a failed or cancelled workflow back to pending, with its attempt counter reset."""
     session = Session.create(dsn, config, json)
-    wid = control.parse_id(workflow_id)
+    wid = words.parse_id(workflow_id)
     with session.connect() as conn:
         done = control.retry(conn, wid, from_step)
     if session.json:
@@ -69,7 +69,7 @@ def prune(
     """Delete old finished workflows and their steps, in batches (silent when nothing is old)."""
     session = Session.create(dsn, config, json)
     age = parse_duration(older_than, what="--older-than", allow_zero=False)
-    statuses = control.parse_statuses(status, control.FINISHED)
+    statuses = words.parse_statuses(status, words.FINISHED)
     with session.connect() as conn:
         if dry_run:
             result = control.prune(conn, age, statuses, dry_run=True)

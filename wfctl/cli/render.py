@@ -116,12 +116,6 @@ def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
     _out().print(grid)
 
 
-def text(body: str) -> None:
-    """Text on stdout exactly as given (such as the Prometheus exposition)."""
-    sys.stdout.write(body)
-    sys.stdout.flush()
-
-
 # Reports: stats, list, show, workers. They take the plain rows of wfctl.reports.
 
 STATUS_STYLES = {

@@ -1,0 +1,1 @@
+"""Benchmarks (run from the repository root: python bench/run.py); see bench/README.md."""

@@ -1,0 +1,202 @@
+-- Read-only reports (wfctl/reports.py): stats, list, show, workers, metrics.
+--
+-- Every window is "created_at > now() - %(since)s", served by workflows_created_idx; the
+-- per-step numbers also bound workflow_steps.started_at by the window, served by
+-- workflow_steps_started_idx (migration 0002), and hash-join the two ranges. Durations use
+-- date_part('epoch', ...), a float8, rather than extract(), a numeric that is twice as slow to
+-- aggregate. Stuck runs and worker counts start from the partial index
+-- workflows_running_owner_idx (status = 'running'), which stays small however big the table.
+-- An optional filter is written "%(x)s::type IS NULL OR col = %(x)s": wfctl sends each of these
+-- once per connection, so the server plans it with the value known and drops the unused branch.
+
+-- name: snapshot
+-- The statements of one report see one snapshot (and work on a read-only standby).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: as_of
+SELECT now() AS as_of;
+
+-- name: success_rate
+-- Outcome per workflow type of the workflows created in the window. success_pct keeps the
+-- reference design's meaning (completed / all created in the window). Durations are
+-- finished_at - started_at of the runs that have both (completed, failed, cancelled while running).
+SELECT workflow_type,
+       count(*) AS total,
+       count(*) FILTER (WHERE status = 'completed') AS completed,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       round(100.0 * count(*) FILTER (WHERE status = 'completed') / count(*), 1) AS success_pct,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p50_seconds,
+       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p95_seconds
+FROM (
+    SELECT workflow_type, status,
+           date_part('epoch', finished_at - started_at) AS run_seconds
+    FROM workflows
+    WHERE created_at > now() - %(since)s::interval
+      AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
+) AS windowed
+GROUP BY workflow_type
+ORDER BY total DESC, workflow_type;
+
+-- name: stuck
+-- Running workflows whose owner is gone: its heartbeat is older than --stale, it shut down,
+-- or it has no workers row. Not limited to the window: a run stuck for days is still stuck.
+-- step_name is the name of the last checkpointed step (current_step), NULL before the first.
+SELECT w.id,
+       w.workflow_type,
+       w.current_step,
+       s.step_name,
+       w.attempt,
+       w.lease_owner,
+       CASE
+           WHEN k.id IS NULL THEN 'missing'
+           WHEN k.stopped_at IS NOT NULL THEN 'stopped'
+           ELSE 'dead'
+       END AS owner_state,
+       k.heartbeat_at,
+       w.updated_at,
+       round(extract(epoch FROM now() - coalesce(k.heartbeat_at, w.updated_at))::numeric, 1)
+           AS age_seconds
+FROM workflows w
+LEFT JOIN workers k ON k.id = w.lease_owner
+LEFT JOIN workflow_steps s ON s.workflow_id = w.id AND s.step_number = w.current_step
+WHERE w.status = 'running'
+  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+  AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+ORDER BY age_seconds DESC NULLS FIRST, w.id;
+
+-- name: slow_steps
+-- Duration of the completed steps of the workflows created in the window, per type and step
+-- name (as the reference design groups them), slowest on average first.
+SELECT workflow_type,
+       step_name,
+       count(*) AS count,
+       round(avg(step_seconds)::numeric, 3) AS avg_seconds,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p50_seconds,
+       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p95_seconds,
+       round(max(step_seconds)::numeric, 3) AS max_seconds,
+       round(sum(step_seconds)::numeric, 3) AS sum_seconds
+FROM (
+    SELECT w.workflow_type, s.step_name,
+           date_part('epoch', s.completed_at - s.started_at) AS step_seconds
+    FROM workflows w
+    JOIN workflow_steps s ON s.workflow_id = w.id
+    WHERE w.created_at > now() - %(since)s::interval
+      -- implied by the line above (a step starts after its workflow was created), and what
+      -- lets workflow_steps_started_idx serve the steps side of the join
+      AND s.started_at > now() - %(since)s::interval
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+      AND s.status = 'completed'
+      AND s.completed_at IS NOT NULL
+) AS windowed
+GROUP BY workflow_type, step_name
+ORDER BY avg_seconds DESC, workflow_type, step_name;
+
+-- name: list_workflows
+-- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
+-- of idx_workflows_status (status, created_at) when a status is given, so LIMIT stops early.
+SELECT id,
+       workflow_type,
+       status,
+       attempt,
+       current_step,
+       priority,
+       created_at,
+       started_at,
+       finished_at,
+       round(extract(epoch FROM coalesce(finished_at, now()) - started_at)::numeric, 3)
+           AS duration_seconds,
+       lease_owner,
+       error_message
+FROM workflows
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
+  AND (%(since)s::interval IS NULL OR created_at > now() - %(since)s::interval)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: workflow
+SELECT id,
+       workflow_type,
+       status,
+       attempt,
+       max_retries,
+       priority,
+       current_step,
+       lease_owner,
+       lease_epoch,
+       idempotency_key,
+       created_at,
+       run_at,
+       started_at,
+       finished_at,
+       updated_at,
+       round(extract(epoch FROM coalesce(finished_at, now()) - started_at)::numeric, 3)
+           AS duration_seconds,
+       input_data,
+       output_data,
+       error_message
+FROM workflows
+WHERE id = %(id)s;
+
+-- name: workflow_steps
+-- The step timeline: offsets from the workflow's first claim (its creation if never claimed).
+SELECT s.step_number,
+       s.step_name,
+       s.status,
+       s.attempt,
+       s.started_at,
+       s.completed_at,
+       round(extract(epoch FROM s.started_at - coalesce(w.started_at, w.created_at))::numeric, 3)
+           AS offset_seconds,
+       round(extract(epoch FROM s.completed_at - s.started_at)::numeric, 3) AS duration_seconds,
+       s.output_data,
+       s.error_message
+FROM workflow_steps s
+JOIN workflows w ON w.id = s.workflow_id
+WHERE s.workflow_id = %(id)s
+ORDER BY s.step_number;
+
+-- name: workers
+-- Every registered worker, live ones first. A worker is dead when it shut down (stopped_at) or
+-- its heartbeat is older than --stale. "running" counts the workflows it holds leases on.
+SELECT *
+FROM (
+    SELECT k.id,
+           k.hostname,
+           k.pid,
+           CASE
+               WHEN k.stopped_at IS NOT NULL THEN 'stopped'
+               WHEN k.heartbeat_at < now() - %(stale)s::interval THEN 'dead'
+               ELSE 'live'
+           END AS state,
+           k.stopped_at IS NULL AND k.heartbeat_at >= now() - %(stale)s::interval AS alive,
+           round(extract(epoch FROM now() - k.heartbeat_at)::numeric, 1) AS heartbeat_age_seconds,
+           (SELECT count(*) FROM workflows w
+             WHERE w.status = 'running' AND w.lease_owner = k.id) AS running,
+           k.concurrency,
+           k.workflow_types,
+           k.version,
+           k.started_at,
+           k.heartbeat_at,
+           k.stopped_at
+    FROM workers k
+) AS listed
+ORDER BY alive DESC, heartbeat_at DESC, id;
+
+-- name: workflow_counts
+-- Every workflow by type and status (for metrics: one pass over the table).
+SELECT workflow_type, status, count(*) AS workflows
+FROM workflows
+GROUP BY workflow_type, status
+ORDER BY workflow_type, status;
+
+-- name: oldest_pending
+-- How long the oldest runnable pending workflow has waited since it became runnable
+-- (0 when none waits), served by the partial index workflows_runnable_idx.
+SELECT count(*) AS runnable,
+       coalesce(round(extract(epoch FROM now() - min(run_at))::numeric, 3), 0) AS oldest_pending_age_seconds
+FROM workflows
+WHERE status = 'pending' AND run_at <= now();

@@ -1,0 +1,183 @@
+"""The inspect commands through the CLI: stats, list, show, workers (tables, JSON, errors)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from report_rows import db_now, runner, step, worker, workflow
+
+
+@pytest.fixture
+def wfctl(clean_env):
+    return runner()
+
+
+@pytest.fixture
+def filled(conn):
+    """A few workflows of two types, one stuck on a dead worker, with steps."""
+    now = db_now(conn)
+    worker(conn, now, "alive-host:10:aa")
+    worker(conn, now, "dead-host:11:bb", silent=timedelta(minutes=20))
+    done = workflow(conn, now, status="completed", run=timedelta(seconds=4), input_data='{"n": 1}')
+    started = now - timedelta(hours=1) + timedelta(seconds=1)  # as workflow() sets it
+    step(conn, done, 1, "validate", start=started + timedelta(seconds=0.1), seconds=0.2)
+    step(conn, done, 2, "charge_card", start=started + timedelta(seconds=0.5), seconds=3)
+    failed = workflow(conn, now, status="failed", error_message="card declined")
+    stuck = workflow(conn, now, status="running", lease_owner="dead-host:11:bb", current_step=1)
+    step(conn, stuck, 1, "validate", start=now - timedelta(minutes=50), seconds=0.1)
+    workflow(conn, now, workflow_type='weird "type" \\ here', status="pending")
+    return {"done": done, "failed": failed, "stuck": stuck}
+
+
+def test_stats_tables(wfctl, dsn, filled):
+    result = wfctl("stats", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Success rate by workflow type, created in the last 24h" in out
+    assert "Stuck runs" in out and str(filled["stuck"]) in out and "1 validate" in out
+    assert "Slowest steps" in out and "charge_card" in out
+    assert result.stderr == ""
+    order_line = next(line for line in out.splitlines() if "│ order" in line)
+    assert "33.3%" in order_line  # 1 of the 3 order workflows completed
+
+
+def test_stats_json_keys_are_the_column_names(wfctl, dsn, filled):
+    result = wfctl("stats", "--dsn", dsn, "--json", "--since", "2h", "--stale", "10m")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) >= {"since", "stale", "as_of", "workflow_type", "success_rate", "stuck", "slow_steps"}
+    assert data["since"] == "2h" and data["since_seconds"] == 7200 and data["stale_seconds"] == 600
+    order = next(r for r in data["success_rate"] if r["workflow_type"] == "order")
+    assert {"workflow_type", "total", "completed", "failed", "running", "pending", "cancelled"} <= set(order)
+    assert {"success_pct", "p50_seconds", "p95_seconds"} <= set(order)
+    assert (order["total"], order["completed"], order["success_pct"]) == (3, 1, 33.3)
+    assert [r["id"] for r in data["stuck"]] == [str(filled["stuck"])]
+    assert data["stuck"][0]["step_name"] == "validate"
+    slow = {r["step_name"]: r for r in data["slow_steps"]}
+    assert slow["charge_card"]["avg_seconds"] == 3.0 and slow["charge_card"]["count"] == 1
+
+
+def test_stats_empty_window_is_one_line_and_valid_json(wfctl, dsn):
+    result = wfctl("stats", "--dsn", dsn)
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == ["wfctl: no workflows were created in the last 24h"]
+    data = json.loads(wfctl("stats", "--dsn", dsn, "--json").stdout)
+    assert (data["success_rate"], data["stuck"], data["slow_steps"]) == ([], [], [])
+
+
+def test_stats_stuck_runs_show_even_when_the_window_is_empty(wfctl, dsn, conn):
+    now = db_now(conn)
+    old = workflow(conn, now, status="running", lease_owner="gone:1:x", age=timedelta(days=3))
+    result = wfctl("stats", "--dsn", dsn, "--since", "1h")
+    assert result.exit_code == 0
+    assert "no workflows were created in the last 1h" in result.stderr
+    assert str(old) in result.stdout and "missing" in result.stdout
+
+
+@pytest.mark.parametrize("option", ["--since", "--stale"])
+def test_stats_bad_duration_is_one_line_exit_2(wfctl, dsn, option):
+    result = wfctl("stats", "--dsn", dsn, option, "yesterday")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "invalid" in lines[0] and "yesterday" in lines[0]
+
+
+def test_list_table_and_json(wfctl, dsn, filled):
+    table = wfctl("list", "--dsn", dsn)
+    assert table.exit_code == 0, table.output
+    assert str(filled["failed"]) in table.stdout and "card declined" in table.stdout
+    data = json.loads(wfctl("list", "--dsn", dsn, "--json", "--status", "failed").stdout)
+    assert [r["id"] for r in data] == [str(filled["failed"])]
+    assert data[0]["error_message"] == "card declined" and data[0]["status"] == "failed"
+    limited = json.loads(wfctl("list", "--dsn", dsn, "--json", "--limit", "2").stdout)
+    assert len(limited) == 2
+    weird = json.loads(wfctl("list", "--dsn", dsn, "--json", "--type", 'weird "type" \\ here').stdout)
+    assert len(weird) == 1
+
+
+def test_global_options_before_the_command(wfctl, dsn, filled):
+    data = json.loads(wfctl("--dsn", dsn, "--json", "list", "--status", "running").stdout)
+    assert [r["id"] for r in data] == [str(filled["stuck"])]
+
+
+def test_list_empty(wfctl, dsn):
+    result = wfctl("list", "--dsn", dsn)
+    assert result.exit_code == 0 and result.stdout == "" and "no workflows match" in result.stderr
+    assert json.loads(wfctl("list", "--dsn", dsn, "--json").stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--status", "done"], "pending, running, completed, failed, cancelled"),
+        (["--since", "soon"], "soon"),
+        (["--limit", "0"], "--limit"),
+    ],
+)
+def test_list_bad_options_are_one_line_exit_2(wfctl, dsn, args, expected):
+    result = wfctl("list", "--dsn", dsn, *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_show_table_with_timeline(wfctl, dsn, filled):
+    result = wfctl("show", str(filled["done"]), "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert f"Workflow {filled['done']}" in out
+    assert '"n": 1' in out  # the input
+    bars = [line for line in out.splitlines() if "█" in line]
+    assert len(bars) == 2
+    assert "validate" in bars[0] and "charge_card" in bars[1]
+    # the second step starts later and lasts longer: its bar begins right of the first's and is wider
+    first, second = (b[b.index("█") :] for b in bars)
+    assert bars[1].index("█") > bars[0].index("█")
+    assert second.count("█") > first.count("█")
+
+
+def test_show_json(wfctl, dsn, filled):
+    result = wfctl("show", str(filled["failed"]), "--json", "--dsn", dsn)
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["workflow"]["id"] == str(filled["failed"])
+    assert data["workflow"]["error_message"] == "card declined" and data["steps"] == []
+
+
+def test_show_errors(wfctl, dsn):
+    malformed = wfctl("show", "not-a-uuid", "--dsn", dsn)
+    assert malformed.exit_code == 2 and "not a UUID" in malformed.stderr
+    assert len(malformed.stderr.strip().splitlines()) == 1
+    unknown = wfctl("show", "00000000-0000-0000-0000-000000000001", "--dsn", dsn)
+    assert unknown.exit_code == 6 and "no workflow with id" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1 and unknown.stdout == ""
+
+
+def test_workers(wfctl, dsn, filled):
+    result = wfctl("workers", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    alive = next(line for line in lines if "alive-host:10:aa" in line)
+    dead = next(line for line in lines if "dead-host:11:bb" in line)
+    assert "live" in alive and "dead" in dead and "1/4" in dead
+    data = json.loads(wfctl("workers", "--dsn", dsn, "--json", "--stale", "1h").stdout)
+    assert [(w["id"], w["state"], w["running"]) for w in data] == [
+        ("alive-host:10:aa", "live", 0),
+        ("dead-host:11:bb", "live", 1),
+    ]
+
+
+def test_workers_none(wfctl, dsn):
+    result = wfctl("workers", "--dsn", dsn)
+    assert result.exit_code == 0 and result.stdout == "" and "no worker" in result.stderr
+    assert json.loads(wfctl("workers", "--dsn", dsn, "--json").stdout) == []
+
+
+def test_commands_refuse_a_database_without_the_schema(wfctl, empty_dsn):
+    for command in ("stats", "list", "workers", "metrics"):
+        result = wfctl(command, "--dsn", empty_dsn)
+        assert result.exit_code == 5, (command, result.output)

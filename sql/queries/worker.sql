@@ -48,8 +48,10 @@ RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_r
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. Each input
 -- row is one request: 'step' (checkpoint), 'park' (checkpoint a sleep and leave until
--- wake), 'complete', 'fail' (final, or back to pending after a backoff), 'release' (back to
--- pending now, at shutdown). Rows whose epoch no longer matches are skipped: fenced out.
+-- wake), 'complete' (with the last step's checkpoint when it has not been sent yet), 'fail'
+-- (final, or back to pending after a backoff), 'release' (back to pending now, at shutdown).
+-- A row with a step number also writes that step's row. Rows whose epoch no longer matches are
+-- skipped: fenced out.
 -- Re-sending a batch whose commit was not acknowledged is harmless: a step row written by the
 -- same epoch is simply written again, and a completion of a completed run matches again.
 WITH r AS (
@@ -57,9 +59,10 @@ WITH r AS (
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(kinds)s::text[], %(steps)s::int[],
                 %(names)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
                 %(errors)s::text[], %(final)s::bool[], %(delays)s::float8[],
-                %(wake)s::timestamptz[], %(attempts)s::int[], %(details)s::text[])
+                %(wake)s::timestamptz[], %(attempts)s::int[], %(details)s::text[],
+                %(results)s::jsonb[])
          AS t(id, epoch, kind, step, name, output, started, error, final, delay, wake, attempt,
-              detail)
+              detail, result)
 ),
 w AS (
     UPDATE workflows wf
@@ -69,8 +72,9 @@ w AS (
             WHEN 'fail' THEN CASE WHEN r.final THEN 'failed' ELSE 'pending' END
             ELSE 'pending'
         END,
-        current_step = CASE WHEN r.kind IN ('step', 'park') THEN r.step ELSE wf.current_step END,
-        output_data = CASE WHEN r.kind = 'complete' THEN r.output ELSE wf.output_data END,
+        current_step = CASE WHEN r.step IS NOT NULL AND r.kind <> 'fail' THEN r.step
+                            ELSE wf.current_step END,
+        output_data = CASE WHEN r.kind = 'complete' THEN r.result ELSE wf.output_data END,
         error_message = CASE r.kind WHEN 'fail' THEN r.error WHEN 'complete' THEN NULL
                                     ELSE wf.error_message END,
         attempt = CASE WHEN r.kind = 'fail' AND NOT r.final THEN wf.attempt + 1 ELSE wf.attempt END,
@@ -102,7 +106,7 @@ s AS (
            r.attempt, r.epoch
     FROM r
     JOIN w ON w.id = r.id
-    WHERE r.step IS NOT NULL AND r.kind IN ('step', 'park', 'fail')
+    WHERE r.step IS NOT NULL
     ON CONFLICT (workflow_id, step_number) DO UPDATE
     SET step_name = excluded.step_name, status = excluded.status,
         output_data = excluded.output_data, started_at = excluded.started_at,
@@ -112,8 +116,7 @@ s AS (
     RETURNING ws.workflow_id
 )
 SELECT w.id, w.status, w.attempt, w.run_at,
-       (r.step IS NULL OR r.kind NOT IN ('step', 'park', 'fail')
-        OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = w.id)) AS stored
+       (r.step IS NULL OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = w.id)) AS stored
 FROM w
 JOIN r ON r.id = w.id;
 

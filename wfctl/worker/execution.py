@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from wfctl.context import (
     Context,
@@ -62,6 +63,10 @@ class Execution:
         self._offset = claimed.db_now - datetime.now(UTC)
         self.lost = False  # set by the database loop when a heartbeat shows the lease is gone
         self.terminal = False  # a final write (complete, fail, park, release) was sent
+        # The last checkpoint, sent but not yet awaited: the workflow's own code runs on while
+        # it commits, and the next step (or the end of the run) waits for it. A checkpoint that
+        # is still queued when the run completes travels in the same row as the completion.
+        self._pending: Request | None = None
         self.outcome: str | None = None
 
     @property
@@ -76,8 +81,17 @@ class Execution:
     def boundary(self) -> None:
         if self.lost:
             raise Lost()
+        self._settle()
         if self._stopping.is_set():
             raise Released()
+
+    def _settle(self) -> None:
+        """Wait for the checkpoint in flight; raise Lost if it was fenced out."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+            if pending.failure is not None or not pending.ok:
+                raise Lost()
 
     def now(self) -> datetime:
         return datetime.now(UTC) + self._offset
@@ -85,10 +99,13 @@ class Execution:
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
         if self.lost:
             raise Lost()
-        if not self._write("step", step=number, name=name, output=output_json, started=started_at):
-            raise Lost()
+        self._settle()
+        request = self._request("step", step=number, name=name, output=output_json, started=started_at)
+        self._send(request)
+        self._pending = request
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        self._settle()
         if not self._write(
             "park",
             step=number,
@@ -102,12 +119,26 @@ class Execution:
 
     # -- running ------------------------------------------------------------------------------
 
-    def _write(self, kind: Kind, *, terminal: bool = False, **values: object) -> bool:
-        request = Request(self.claimed.id, self.claimed.epoch, kind, self.claimed.attempt, **values)  # type: ignore[arg-type]
+    def _request(self, kind: Kind, **values: Any) -> Request:
+        return Request(self.claimed.id, self.claimed.epoch, kind, self.claimed.attempt, **values)
+
+    def _write(self, kind: Kind, *, terminal: bool = False, **values: Any) -> bool:
+        """Send a write and wait until it is committed; False when it was fenced out."""
+        if kind != "complete":
+            try:
+                self._settle()
+            except Lost:
+                return False
+        request = self._request(kind, **values)
         if terminal:
             self.terminal = True
         self._send(request)
-        request.done.wait()
+        request.wait()
+        if kind == "complete":  # the last checkpoint went in the same row or an earlier one
+            try:
+                self._settle()
+            except Lost:
+                return False
         if request.failure is not None:
             return False
         return request.ok
@@ -129,7 +160,7 @@ class Execution:
                 )
                 self._fail(message, message, began)
                 return
-            if self._write("complete", output=output, terminal=True):
+            if self._write("complete", result=output, terminal=True):
                 self.outcome = "completed"
                 self._log.event("completed", self.id, duration=_secs(began), **fields)
             else:

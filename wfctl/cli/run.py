@@ -248,7 +248,6 @@ def worker(
         prepare=not no_listen and cfg.get("worker", "listen", True),
     )
     dsn_value = session.dsn()
-    session.connect().close()  # fail fast, with the usual messages, before starting threads
     code = Worker(dsn_value, registry, options, WorkerLog(fmt, quiet=quiet)).run()  # type: ignore[arg-type]
     raise typer.Exit(code)
 

@@ -84,6 +84,7 @@ class Worker:
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
+        self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
         self._next_poll = 0.0
         self._next_beat = 0.0
         self._more = True
@@ -95,8 +96,27 @@ class Worker:
             os.write(self._wake_w, b"x")
 
     def send(self, request: Request) -> None:
+        # Append first, then look at the flag; the loop sets the flag first, then looks at the
+        # queue before it sleeps: so either it sees this request or it is woken by the pipe.
         self.requests.append(request)
-        self._wake()
+        if self._sleeping:
+            self._wake()
+
+    def _select(self, watch: list[int], timeout: float) -> list[int]:
+        """Sleep until a thread wakes us, the connection has input, or ``timeout``."""
+        self._sleeping = True
+        try:
+            if self.requests or self.finished:
+                return []
+            try:
+                ready, _, _ = select.select(watch, [], [], timeout)
+            except (OSError, ValueError):
+                return []
+        finally:
+            self._sleeping = False
+        if self._wake_r in ready:
+            self._drain_wake_pipe()
+        return ready
 
     def _thread_main(self) -> None:
         while True:
@@ -109,7 +129,8 @@ class Worker:
                 self.log.error(f"{execution.id} internal error: {type(exc).__name__}: {exc}")
             finally:
                 self.finished.append(execution)
-                self._wake()
+                if self._sleeping:
+                    self._wake()
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -250,9 +271,14 @@ class Worker:
             if remaining <= 0:
                 return
             before = len(self.requests)
-            ready, _, _ = select.select([self._wake_r], [], [], min(COALESCE_GAP, remaining))
-            if ready:
-                self._drain_wake_pipe()
+            self._sleeping = True
+            try:
+                if len(self.requests) == before:
+                    ready, _, _ = select.select([self._wake_r], [], [], min(COALESCE_GAP, remaining))
+                    if ready:
+                        self._drain_wake_pipe()
+            finally:
+                self._sleeping = False
             if len(self.requests) == before:
                 return
 
@@ -336,12 +362,7 @@ class Worker:
         conn = self._db()
         if self.options.listen and not conn.closed:
             watch.append(conn.fileno())
-        try:
-            ready, _, _ = select.select(watch, [], [], timeout)
-        except (OSError, ValueError):
-            ready = []
-        if self._wake_r in ready:
-            self._drain_wake_pipe()
+        self._select(watch, timeout)
         if self.options.listen:
             with contextlib.suppress(psycopg.Error):
                 self._wakeups += self._with_db("listen", claims.drain_notifications)

@@ -149,6 +149,9 @@ class Execution:
         self._log.event("started", self.id, **fields)
         began = time.monotonic()
         ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self)
+        if self.lost:  # recovered or cancelled while it waited for a thread
+            self._lost(began)
+            return
         try:
             result = self.workflow.fn(ctx, c.input)
             try:

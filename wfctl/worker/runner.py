@@ -73,7 +73,9 @@ class Worker:
         self.conn: psycopg.Connection[Any] | None = None
         self.requests: deque[Request] = deque()
         self.finished: deque[Execution] = deque()
-        self.running: dict[UUID, Execution] = {}
+        self.running: dict[UUID, Execution] = {}  # every workflow this worker holds
+        self.backlog: deque[Execution] = deque()  # held, waiting for a free thread
+        self.active = 0  # executions on threads
         self.stopping = threading.Event()
         self.stop_deadline: float | None = None
         self.interrupts = 0
@@ -244,6 +246,8 @@ class Worker:
             if now >= self._next_beat:
                 self._beat()
             if self.stopping.is_set():
+                if self.backlog:
+                    self._release_backlog()
                 if not self.running:
                     return
                 if self.stop_deadline is not None and now >= self.stop_deadline:
@@ -265,7 +269,7 @@ class Worker:
         deadline = time.monotonic() + COALESCE_MAX
         while True:
             self._harvest()
-            if len(self.requests) >= len(self.running) or len(self.requests) >= self.options.max_batch:
+            if len(self.requests) >= self.active or len(self.requests) >= self.options.max_batch:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -290,12 +294,29 @@ class Worker:
             pass
 
     def _free_slots(self) -> int:
-        return self.options.concurrency - len(self.running)
+        """Room to claim: threads, plus as many claimed-ahead workflows waiting for a thread."""
+        return 2 * self.options.concurrency - len(self.running)
 
     def _should_claim(self, now: float) -> bool:
-        if self._free_slots() <= 0:
+        free = self._free_slots()
+        if free <= 0:
             return False
+        if self.backlog and free < max(1, self.options.concurrency // 2):
+            return False  # the backlog still feeds the threads: claim in bigger batches
         return self._more or self._wakeups > 0 or now >= self._next_poll
+
+    def _start_ready(self) -> None:
+        while self.backlog and self.active < self.options.concurrency:
+            self.active += 1
+            self._work.put(self.backlog.popleft())
+
+    def _release_backlog(self) -> None:
+        """Stopping: workflows claimed ahead never started here; hand them back at once."""
+        waiting = list(self.backlog)
+        self.backlog.clear()
+        for execution in waiting:
+            self.running.pop(execution.claimed.id, None)
+        self._with_db("release", _release, self.me.id, [e.claimed.id for e in waiting])
 
     def _claim(self) -> int:
         limit = self._free_slots()
@@ -308,7 +329,8 @@ class Worker:
                 claimed, self.types[claimed.workflow_type], self.send, self.stopping, self.log
             )
             self.running[claimed.id] = execution
-            self._work.put(execution)
+            self.backlog.append(execution)
+        self._start_ready()
         return len(batch)
 
     def _flush(self) -> None:
@@ -347,8 +369,10 @@ class Worker:
         while self.finished:
             execution = self.finished.popleft()
             self.running.pop(execution.claimed.id, None)
+            self.active -= 1
             if execution.outcome is not None and execution.outcome != "lost":
                 self._more = True  # a slot is free: there may be more waiting
+        self._start_ready()
 
     def _wait(self) -> None:
         now = time.monotonic()

@@ -3,7 +3,7 @@ _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
     local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "init" "list" "metrics" "prune" "recover" "retry" "show" "stats" "submit" "worker" "workers")
-    local takes_value=" --app --concurrency --config --delay --dsn --from-step --grace --heartbeat --input-file --key --limit --log-format --max-retries --older-than --orders --poll --priority --reason --since --stale --status --type --types -c "
+    local takes_value=" --app --concurrency --config --delay --dsn --from-step --grace --grant --heartbeat --input-file --key --limit --log-format --max-retries --older-than --orders --poll --priority --reason --since --stale --status --type --types -c "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -31,7 +31,7 @@ _wfctl() {
         "db stop") opts="--config --help -h"; cmds="" ;;
         "db url") opts="--dsn --config --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
-        "init") opts="--dsn --config --json --help -h"; cmds="" ;;
+        "init") opts="--grant --dsn --config --json --help -h"; cmds="" ;;
         "list") opts="--status --type --since --limit --dsn --config --json --help -h"; cmds="" ;;
         "metrics") opts="--stale --since --dsn --config --json --help -h"; cmds="" ;;
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;

@@ -47,6 +47,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from demo' -l orders -x -d 'How man
 complete -c wfctl -n '__fish_seen_subcommand_from demo' -l dsn -x -d 'PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables'
 complete -c wfctl -n '__fish_seen_subcommand_from demo' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else ./wfctl.toml)'
 complete -c wfctl -n '__fish_seen_subcommand_from demo' -l help -s h -d 'Show help and exit'
+complete -c wfctl -n '__fish_seen_subcommand_from init' -l grant -x -d 'Give this role what workers need (no DDL); repeatable'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l dsn -x -d 'PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else ./wfctl.toml)'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l json -d 'Print JSON on stdout instead of tables'

@@ -103,3 +103,16 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
             conn.execute(q("schema.record"), {"version": migration.version, "name": migration.name})
             applied.append(migration)
     return MigrateResult(before=before, after=latest_version(), applied=tuple(applied))
+
+
+def grant_worker(conn: psycopg.Connection[Any], role: str) -> None:
+    """Give ``role`` what workers, submitters and reports need (no DDL, no DELETE)."""
+    from wfctl.errors import NotFound
+    from wfctl.queries import composed
+
+    if not conn.execute(q("grants.role_exists"), {"role": role}).fetchone():
+        raise NotFound(f"no database role {role!r}: create it first (CREATE ROLE {role} LOGIN ...)")
+    current = conn.execute(q("admin.whoami")).fetchone()
+    assert current is not None
+    with conn.transaction():
+        conn.execute(composed("grants.grant_worker", role=role, schema=str(current[2])))

@@ -26,7 +26,15 @@ from wfctl.worker.runner import Worker, WorkerOptions
 SUBMIT_BATCH = 1000
 
 
-def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
+def init(
+    grant: Annotated[
+        list[str] | None,
+        typer.Option("--grant", help="Give this role what workers need (no DDL); repeatable."),
+    ] = None,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Install or upgrade the wfctl schema; write wfctl.toml when there is none.
 
     Safe to run several at once and to re-run: an up-to-date database is left unchanged.
@@ -36,6 +44,8 @@ def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) ->
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
+        for role in grant or []:
+            schema.grant_worker(conn, role)
         where = "the embedded PostgreSQL" if target.embedded else describe(session.dsn())
     written = None
     if not cfg.exists:
@@ -53,9 +63,12 @@ def init(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) ->
                 "schema_version": result.after,
                 "applied": [f"{m.version:04d}_{m.name}" for m in result.applied],
                 "config_written": str(written) if written else None,
+                "granted": list(grant or []),
             }
         )
         return
+    for role in grant or []:
+        render.notice(f"granted role {role!r} what a worker needs (read/write the wfctl tables, no DDL)")
     if not result.applied:
         render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
     else:

@@ -106,7 +106,9 @@ def table(
     grid = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
     for index, name in enumerate(columns):
         align = justify[index] if justify else "left"
-        grid.add_column(name, justify=align)  # type: ignore[arg-type]
+        # ids are copied from the screen: never cut one, let the other columns wrap instead
+        is_id = name == "id"
+        grid.add_column(name, justify=align, no_wrap=is_id, min_width=36 if is_id else None)  # type: ignore[arg-type]
     for row in rows:
         grid.add_row(*(cell(v) for v in row))
     _out().print(grid)

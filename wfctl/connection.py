@@ -96,15 +96,17 @@ def connect(
     dsn: str,
     *,
     autocommit: bool = True,
-    prepare: bool = True,
+    prepare: bool = False,
     application_name: str = "wfctl",
     connect_timeout: int = 10,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
     """Open a connection, raising a wfctl error (never a driver traceback) when it fails.
 
-    ``prepare=False`` turns off server-side prepared statements, for transaction poolers
-    such as PgBouncer 1.18 that cannot carry them from one transaction to the next.
+    Server-side prepared statements are off unless ``prepare`` is true: a one-shot command
+    gains nothing from them, and behind a transaction pooler (PgBouncer 1.18) they would land on
+    a server connection that the next transaction may not get. The worker opts in once it has
+    checked that it talks to PostgreSQL directly (``behind_pooler``).
     """
     try:
         params = conninfo.conninfo_to_dict(dsn)
@@ -122,6 +124,16 @@ def connect(
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
     return conn
+
+
+def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
+    """True when a connection pooler sits between us and PostgreSQL: the backend pid that the
+    server reported at connect time is not the pid of the backend running our statements
+    (PgBouncer hands its clients a made-up one)."""
+    from wfctl.queries import q
+
+    row = conn.execute(q("admin.backend_pid")).fetchone()
+    return row is None or int(row[0]) != conn.info.backend_pid
 
 
 def _first_line(exc: BaseException) -> str:

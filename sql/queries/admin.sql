@@ -35,3 +35,7 @@ ORDER BY c.relname;
 
 -- name: whoami
 SELECT current_user AS role, current_database() AS database, current_schema() AS schema;
+
+-- name: backend_pid
+-- Compared with the pid the server announced at connect time, to notice a pooler in between.
+SELECT pg_backend_pid() AS pid;

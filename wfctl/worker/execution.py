@@ -68,6 +68,7 @@ class Execution:
         # is still queued when the run completes travels in the same row as the completion.
         self._pending: Request | None = None
         self.outcome: str | None = None
+        self.write_error: BaseException | None = None  # a write failed (not fenced): the database
 
     @property
     def id(self) -> str:
@@ -90,6 +91,8 @@ class Execution:
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.wait()
+            if pending.failure is not None:
+                self.write_error = pending.failure
             if pending.failure is not None or not pending.ok:
                 raise Lost()
 
@@ -140,6 +143,7 @@ class Execution:
             except Lost:
                 return False
         if request.failure is not None:
+            self.write_error = request.failure
             return False
         return request.ok
 
@@ -218,11 +222,25 @@ class Execution:
             )
 
     def _lost(self, began: float) -> None:
+        if self.write_error is not None:
+            self.outcome = "error"
+            first = str(self.write_error).strip().splitlines()
+            self._log.event(
+                "error",
+                f"{self.id} a write to the database failed "
+                f"({type(self.write_error).__name__}: {first[0] if first else ''}): this worker "
+                "stops running it; `wfctl recover` requeues it",
+                level="error",
+                type=self.claimed.workflow_type,
+                epoch=self.claimed.epoch,
+                duration=_secs(began),
+            )
+            return
         self.outcome = "lost"
         self._log.event(
             "lost",
-            f"{self.id} lease lost (recovered, cancelled or released "
-            "elsewhere): nothing more is committed for it",
+            f"{self.id} lease lost (recovered, cancelled or released elsewhere): nothing more is "
+            "committed for it",
             level="warning",
             type=self.claimed.workflow_type,
             epoch=self.claimed.epoch,

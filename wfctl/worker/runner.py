@@ -30,7 +30,7 @@ from uuid import UUID
 import psycopg
 
 from wfctl import schema
-from wfctl.connection import connect, scrub
+from wfctl.connection import behind_pooler, connect, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import claims, heartbeat
@@ -86,6 +86,7 @@ class Worker:
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
+        self._pooled = False  # found a transaction pooler in between: poll, prepare nothing
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
         self._next_poll = 0.0
         self._next_beat = 0.0
@@ -162,12 +163,27 @@ class Worker:
     # -- database -----------------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.dsn, prepare=self.options.prepare, application_name="wfctl worker")
+        conn = connect(self.dsn, prepare=False, application_name="wfctl worker")
+        direct = self.options.prepare or self.options.listen
+        if direct and behind_pooler(conn):
+            if not self._pooled:
+                self.log.warning(
+                    "this connection goes through a pooler (PgBouncer?): polling every "
+                    f"{self.options.poll:g}s, without LISTEN and without server-side prepares "
+                    "(as with --no-listen)"
+                )
+            self._pooled = True
+        if self._pooled:
+            return conn
         if self.options.prepare:
+            conn.prepare_threshold = 5
             conn.execute(q("worker.session_setup"))
         if self.options.listen:
             claims.listen(conn)
         return conn
+
+    def _listening(self) -> bool:
+        return self.options.listen and not self._pooled
 
     def _db(self) -> psycopg.Connection[Any]:
         assert self.conn is not None
@@ -222,7 +238,7 @@ class Worker:
             thread.start()
             self._threads.append(thread)
         self._beat()
-        mode = "listen+poll" if self.options.listen else "poll only"
+        mode = "listen+poll" if self._listening() else "poll only"
         self.log.info(
             f"worker {self.me.id} ready",
             types=",".join(self.types),
@@ -384,31 +400,34 @@ class Worker:
         timeout = max(0.0, min(deadlines) - now)
         watch = [self._wake_r]
         conn = self._db()
-        if self.options.listen and not conn.closed:
+        if self._listening() and not conn.closed:
             watch.append(conn.fileno())
         self._select(watch, timeout)
-        if self.options.listen:
+        if self._listening():
             with contextlib.suppress(psycopg.Error):
                 self._wakeups += self._with_db("listen", claims.drain_notifications)
 
     # -- stopping -----------------------------------------------------------------------------
 
-    def _release_remaining(self) -> None:
-        ids = [wid for wid, e in self.running.items() if not e.terminal]
+    def _release_remaining(self, reason: str = "grace period over") -> None:
+        """Hand back every workflow still held (the statement only touches those still running
+        under this worker, so one whose final write did commit is left alone)."""
+        ids = list(self.running)
         for execution in self.running.values():
             execution.lost = True  # whatever it writes from now on is fenced by the status check
         if ids:
             released = self._with_db("release", _release, self.me.id, ids)
-            self.log.warning(
-                f"grace period over: released {len(released)} workflow(s) still "
-                "running; other workers resume them from their last checkpoint"
-            )
+            if released:
+                self.log.warning(
+                    f"{reason}: released {len(released)} workflow(s) still running; other "
+                    "workers resume them from their last checkpoint"
+                )
 
     def _shutdown(self) -> None:
         try:
             if self.conn is not None and not self.conn.closed:
                 if self.running:
-                    self._release_remaining()
+                    self._release_remaining("stopping")
                 heartbeat.stopped(self.conn, self.me)
                 self.conn.execute(q("worker.notify"))
                 self.conn.close()

@@ -1,0 +1,395 @@
+"""wfctl through PgBouncer (Debian's 1.18) in transaction pooling mode.
+
+In transaction pooling, each transaction may run on another server connection, shared with
+other clients. Two things a direct connection has are then gone (PgBouncer 1.18):
+
+- LISTEN runs on whatever server connection the transaction got; notifications for it arrive on
+  that server connection later, when it is idle in the pool or serves someone else, and
+  PgBouncer drops them ("got packet 'A' from server when not linked"). LISTEN is accepted, but
+  no notification ever arrives (``test_listen_through_transaction_pooling_loses_notifications``).
+- Session state: a prepared statement (psycopg prepares a query after 5 executions) exists on
+  one server connection only, and stays there for the next client; a session ``SET`` leaks too.
+
+So a worker behind a transaction pooler must run with ``--no-listen`` (or ``[worker] listen =
+false``: poll only, no prepared statements, no session SET); the tests here show that it then
+works, crash and recovery included, and that the operator commands work through the pooler too.
+
+Without it, a worker today starts normally (``wakeup=listen+poll``), leaves ``SET
+plan_cache_mode``, a LISTEN and soon its prepared statements on the shared server connections,
+and after a few dozen statements fails with ``database error: prepared statement "_pg3_0" does
+not exist`` (or ``already exists``, when another client's statement of the same name is on the
+server connection), logging its running workflows as "lease lost" and exiting 1.
+``test_worker_without_no_listen_through_pgbouncer_works_or_refuses_clearly`` states what it
+should do instead: detect the pooler and poll, or refuse to start with a message naming
+--no-listen.
+
+The server and PgBouncer are the module's own (``servers``), independent of the suite's server.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import servers
+from conftest import Workers
+from helpers import Result, wait_for
+
+from wfctl import schema
+
+POOL_SIZE = 2  # server connections per database: fewer than the workers, so they share them
+
+
+@dataclass
+class Bounced:
+    server: servers.Postgres
+    bouncer: servers.PgBouncer
+
+
+@pytest.fixture(scope="module")
+def bounced() -> Iterator[Bounced]:
+    servers.require_postgres()
+    servers.require_pgbouncer()
+    base = servers.make_base("wfctl-pgbouncer-")
+    with contextlib.ExitStack() as stack:
+        stack.callback(servers.remove, base)
+        server = stack.enter_context(servers.Postgres.init(base, settings=servers.FAST))
+        bouncer = stack.enter_context(servers.PgBouncer(server, pool_size=POOL_SIZE))
+        yield Bounced(server, bouncer)
+
+
+@pytest.fixture
+def database(bounced: Bounced) -> str:
+    """A new, empty database on the module's server (reachable through its PgBouncer)."""
+    name = f"wfctl_pgb_{uuid.uuid4().hex[:10]}"
+    bounced.server.create_database(name)
+    return name
+
+
+@pytest.fixture
+def bouncer_dsn(bounced: Bounced, database: str) -> str:
+    """The DSN of a new database with the schema, through PgBouncer."""
+    dsn = bounced.bouncer.dsn(database)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema.migrate(conn)
+    return dsn
+
+
+@pytest.fixture
+def bworkers(bouncer_dsn: str, tmp_path: Path) -> Iterator[Workers]:
+    """Worker processes (and wfctl commands) whose WFCTL_DSN goes through PgBouncer."""
+    manager = Workers(bouncer_dsn, tmp_path)
+    try:
+        yield manager
+    finally:
+        manager.stop_all()
+
+
+class LogWindow:
+    """What a log file gained since this object was made."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self.read = read
+        self.start = len(read())
+
+    def new(self) -> str:
+        return self.read()[self.start :]
+
+
+def rows(dsn: str, sql: str, *params: object) -> list[tuple]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def counts(effects: list[tuple[str, str]], wid: str) -> dict[str, int]:
+    return dict(collections.Counter(step for w, step in effects if w == wid))
+
+
+ERRORS = (
+    "prepared statement",
+    "ERROR",
+    "FATAL",
+    "error:",
+    "Traceback",
+    "not linked",  # PgBouncer: a NOTIFY for a LISTEN left on a pooled server connection
+    "lost the database connection",
+    "lease lost",
+    "internal error",
+)
+
+
+def problems(text: str, *, warnings: bool = True) -> list[str]:
+    """Lines of a worker, PgBouncer or server log that show something went wrong (with
+    ``warnings``, any WARNING too)."""
+    needles = (*ERRORS, "WARNING") if warnings else ERRORS
+    return [line for line in text.splitlines() if any(n in line for n in needles)]
+
+
+CLEAN = (0, 0, "auto")
+
+
+def pooled_state(bouncer: servers.PgBouncer, database: str) -> list[tuple[int, int, str]]:
+    """The session state left on each of the pool's server connections: (prepared statements,
+    LISTEN channels, plan_cache_mode). Holding a transaction open on POOL_SIZE client
+    connections at once pins each to its own server connection, so all of them are seen."""
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(psycopg.connect(bouncer.dsn(database))) for _ in range(POOL_SIZE)]
+        found = [
+            conn.execute(
+                "SELECT pg_backend_pid(), (SELECT count(*) FROM pg_prepared_statements),"
+                " (SELECT count(*) FROM pg_listening_channels()), current_setting('plan_cache_mode')"
+            ).fetchone()
+            for conn in conns
+        ]
+    assert len({row[0] for row in found}) == POOL_SIZE  # type: ignore[index]
+    return [tuple(row[1:]) for row in found]  # type: ignore[index, misc]
+
+
+def jsonl(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(n)))
+    return path
+
+
+def submit_file(workers: Workers, workflow_type: str, path: Path) -> list[str]:
+    result = workers.wfctl("submit", workflow_type, "--input-file", str(path), "--force")
+    assert result.exit_code == 0, result.output
+    return result.stdout.split()
+
+
+def pool_stats(bouncer: servers.PgBouncer, database: str) -> dict[str, object]:
+    (stats,) = [s for s in bouncer.show("STATS") if s["database"] == database]
+    return stats
+
+
+# -- the worker with --no-listen ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_no_listen_workers_complete_a_batch_through_pgbouncer(bounced, database, bworkers):
+    server_log = LogWindow(bounced.server.log)
+    bouncer_log = LogWindow(bounced.bouncer.log)
+    ids = submit_file(bworkers, "three", jsonl(bworkers.tmp / "in.jsonl", 300))
+    assert len(ids) == 300
+    started = time.monotonic()
+    procs = [bworkers.start("--no-listen", "--burst", "--concurrency", "4", "--quiet") for _ in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.log_path.read_text()
+    elapsed = time.monotonic() - started
+    dsn = bworkers.dsn
+    assert rows(dsn, "SELECT status, count(*) FROM workflows GROUP BY 1") == [("completed", 300)]
+    assert rows(dsn, "SELECT count(*), count(DISTINCT (workflow_id, step_number)) FROM workflow_steps") == [
+        (900, 900)
+    ]
+    effects = bworkers.effects()
+    assert len(effects) == 900 and len(set(effects)) == 900, "a step ran twice"
+    for proc in procs:
+        log = proc.log_path.read_text()
+        assert "wakeup=poll only" in log
+        assert problems(log) == [], log
+    # nothing went wrong on the server or in PgBouncer (prepared statements, session state, a
+    # NOTIFY arriving for a LISTEN that some client left on a pooled server connection)
+    assert problems(server_log.new()) == []
+    assert problems(bouncer_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+    # the traffic went through PgBouncer, and 3 workers shared at most POOL_SIZE server backends
+    stats = pool_stats(bounced.bouncer, database)
+    assert int(stats["total_xact_count"]) > 0
+    with bounced.server.connect() as conn:
+        backends = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)
+        ).fetchone()[0]  # type: ignore[index]
+    assert 1 <= backends <= POOL_SIZE
+    servers_used = backends
+    print(
+        f"\npgbouncer batch: 300 workflows, 900 steps, 3 workers x 4 slots over {servers_used}"
+        f" server connection(s), {stats['total_xact_count']} transactions, {elapsed:.2f}s"
+    )
+
+
+@pytest.mark.slow
+def test_crash_mid_step_through_pgbouncer(bounced, database, bworkers):
+    dsn = bworkers.dsn
+    server_log = LogWindow(bounced.server.log)
+    bworkers.gate.touch()
+    result = bworkers.wfctl("submit", "three", '{"gate": 2}', "--force")
+    assert result.exit_code == 0, result.output
+    wid = result.stdout.strip()
+    proc = bworkers.start("--no-listen")
+    wait_for(lambda: counts(bworkers.effects(), wid).get("two"), what="step 2 to start")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid) == [("running",)]
+
+    def recovered() -> str | None:
+        out = bworkers.wfctl("recover", "--stale", "1s")  # through PgBouncer too
+        assert out.exit_code == 0, out.output
+        return out.stdout if wid in out.stdout else None
+
+    out = wait_for(recovered, timeout=30, what=f"recover to requeue {wid}")
+    assert "requeued" in out and "attempt=2" in out
+    bworkers.gate.unlink()
+    log = bworkers.run("--no-listen")
+    assert problems(log) == [], log
+    assert rows(dsn, "SELECT status, output_data FROM workflows WHERE id = %s", wid) == [
+        ("completed", {"sum": 6})
+    ]
+    assert counts(bworkers.effects(), wid) == {"one": 1, "two": 2, "three": 1}
+    assert rows(
+        dsn,
+        "SELECT step_number, count(*) FROM workflow_steps WHERE workflow_id = %s GROUP BY 1 ORDER BY 1",
+        wid,
+    ) == [(1, 1), (2, 1), (3, 1)]
+    assert rows(dsn, "SELECT attempt, lease_epoch FROM workflows WHERE id = %s", wid) == [(2, 3)]
+    assert problems(server_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+
+
+def test_worker_told_by_the_config_file_to_poll_through_pgbouncer(bounced, database, bworkers):
+    """`[worker] listen = false` in wfctl.toml is the same as --no-listen."""
+    config = bworkers.tmp / "wfctl.toml"
+    config.write_text("[worker]\nlisten = false\n")
+    server_log = LogWindow(bounced.server.log)
+    submit_file(bworkers, "three", jsonl(bworkers.tmp / "in.jsonl", 60))
+    procs = [bworkers.start("--burst", env={"WFCTL_CONFIG": str(config)}) for _ in range(2)]
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0, proc.log_path.read_text()
+        log = proc.log_path.read_text()
+        assert "wakeup=poll only" in log and problems(log) == [], log
+    assert rows(bworkers.dsn, "SELECT status, count(*) FROM workflows GROUP BY 1") == [("completed", 60)]
+    assert problems(server_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+
+
+# -- the operator commands --------------------------------------------------------------------------
+
+
+def wfctl_in(cwd: Path, dsn: str, *args: str) -> Result:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
+    env["WFCTL_DSN"] = dsn
+    proc = subprocess.run(
+        [sys.executable, "-m", "wfctl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.slow
+def test_operator_commands_through_pgbouncer(bounced, database, tmp_path):
+    dsn = bounced.bouncer.dsn(database)
+    server_log = LogWindow(bounced.server.log)
+
+    def ok(*args: str) -> Result:
+        result = wfctl_in(tmp_path, dsn, *args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "Traceback" not in result.output
+        return result
+
+    assert "installed schema version" in ok("init").stderr
+    assert "up to date" in ok("init").stderr
+    wid = ok("submit", "three", '{"n": 1}', "--force").stdout.strip()
+    first = ok("submit", "three", "{}", "--key", "k-1", "--force").stdout.strip()
+    again = ok("submit", "three", "{}", "--key", "k-1", "--force")
+    assert again.stdout.strip() == first and "used before" in again.stderr
+    ids = ok("submit", "three", "--input-file", str(jsonl(tmp_path / "in.jsonl", 50)), "--force")
+    assert len(ids.stdout.split()) == 50
+    assert json.loads(ok("stats", "--json").stdout)
+    listed = json.loads(ok("list", "--json", "--limit", "100").stdout)
+    assert len(listed) == 52 and wid in json.dumps(listed)
+    assert wid in ok("show", wid).stdout
+    assert ok("recover", "--stale", "1s").output == ""  # nothing running: silent, as for cron
+
+    workers = Workers(dsn, tmp_path)
+    try:
+        log = workers.run("--no-listen", "--concurrency", "4")
+    finally:
+        workers.stop_all()
+    assert problems(log) == [], log
+    assert rows(dsn, "SELECT status, count(*) FROM workflows GROUP BY 1") == [("completed", 52)]
+    stats = json.loads(ok("stats", "--json").stdout)
+    assert "three" in json.dumps(stats)
+    assert ok("workers").stdout
+    assert ok("recover", "--stale", "1s").output == ""
+    assert problems(server_log.new()) == []
+
+
+@pytest.mark.slow
+def test_bulk_submits_through_pgbouncer_leave_no_prepared_statement(bounced, database, tmp_path):
+    """`wfctl submit --input-file` runs one INSERT per batch of SUBMIT_BATCH lines; psycopg
+    prepares a statement run 5 times, and in transaction pooling that prepared statement stays
+    on the server connection for the next client, whose own `_pg3_0` then collides with it."""
+    from wfctl.cli.run import SUBMIT_BATCH
+
+    # one server connection: each client gets the one the previous client used
+    with servers.PgBouncer(bounced.server, pool_size=1, name=f"pool1-{database}") as bouncer:
+        dsn = bouncer.dsn(database)
+        assert wfctl_in(tmp_path, dsn, "init").exit_code == 0
+        path = jsonl(tmp_path / "big.jsonl", 8 * SUBMIT_BATCH)
+        for _ in range(2):
+            result = wfctl_in(tmp_path, dsn, "submit", "three", "--input-file", str(path), "--force")
+            assert result.exit_code == 0, result.output
+        assert rows(dsn, "SELECT count(*) FROM workflows") == [(16 * SUBMIT_BATCH,)]
+
+
+# -- without --no-listen ---------------------------------------------------------------------------
+
+
+def test_listen_through_transaction_pooling_loses_notifications(bounced, database):
+    """Why the worker needs --no-listen behind PgBouncer: LISTEN is accepted, but the
+    notification arrives on a server connection that is back in the pool, and is dropped."""
+    bouncer_log = LogWindow(bounced.bouncer.log)
+    channel = f"wfctl_t_{uuid.uuid4().hex[:8]}"
+    with (
+        psycopg.connect(bounced.bouncer.dsn(database), autocommit=True) as listener,
+        bounced.server.connect(database) as direct,
+    ):
+        listener.execute(f"LISTEN {channel}")  # accepted: no error
+        direct.execute("SELECT pg_notify(%s, 'hello')", (channel,))
+        wait_for(lambda: "not linked" in bouncer_log.new(), timeout=10, what="PgBouncer to drop it")
+        assert list(listener.notifies(timeout=0.5)) == []
+    # the same through a direct connection arrives at once
+    with bounced.server.connect(database) as listener, bounced.server.connect(database) as direct:
+        listener.execute(f"LISTEN {channel}")
+        direct.execute("SELECT pg_notify(%s, 'hello')", (channel,))
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["hello"]
+
+
+@pytest.mark.slow
+def test_worker_without_no_listen_through_pgbouncer_works_or_refuses_clearly(bounced, database, bworkers):
+    """A worker started without --no-listen behind a transaction pooler must not fail halfway
+    through its work with a driver error: either it detects the pooler and polls without
+    prepared statements (and completes everything), or it refuses at start, before claiming
+    anything, with a message that names --no-listen."""
+    dsn = bworkers.dsn
+    server_log = LogWindow(bounced.server.log)
+    bouncer_log = LogWindow(bounced.bouncer.log)
+    submit_file(bworkers, "three", jsonl(bworkers.tmp / "in.jsonl", 300))
+    procs = [bworkers.start("--burst", "--concurrency", "4") for _ in range(3)]
+    codes = [proc.wait(timeout=60) for proc in procs]
+    logs = [proc.log_path.read_text() for proc in procs]
+    for code, log in zip(codes, logs, strict=True):
+        if code == 0:  # a warning that it polls because of the pooler is welcome
+            assert problems(log, warnings=False) == [], log
+        else:
+            assert "--no-listen" in log, log
+            assert "started" not in log and "lease lost" not in log, log
+    # no prepared statement, SET or LISTEN reached the pooled server connections
+    assert problems(server_log.new()) == []
+    assert problems(bouncer_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+    if all(code == 0 for code in codes):
+        assert rows(dsn, "SELECT status, count(*) FROM workflows GROUP BY 1") == [("completed", 300)]
+    else:
+        assert rows(dsn, "SELECT status, max(lease_epoch), count(*) FROM workflows GROUP BY 1") == [
+            ("pending", 0, 300)
+        ]

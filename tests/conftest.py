@@ -9,8 +9,10 @@ password (scram-sha-256), so the authentication tests have something to fail aga
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +46,11 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if env_dsn:
         admin = env_dsn
     else:
-        embedded, admin = _start_embedded(tmp_path_factory.mktemp("pg"))
+        # Not under pytest's basetemp: a pytest session starting meanwhile (another checkout,
+        # a helper) resets that tree to 0700, and the server's own user would lose its files.
+        home = Path(tempfile.mkdtemp(prefix="wfctl-test-pg-"))
+        home.chmod(0o755)
+        embedded, admin = _start_embedded(home)
     with psycopg.connect(admin, autocommit=True) as conn:
         row = conn.execute(
             "SELECT current_setting('listen_addresses'), current_setting('port')::int,"
@@ -58,6 +64,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     finally:
         if embedded is not None:
             embedded.stop()
+            shutil.rmtree(embedded.home.parent, ignore_errors=True)
 
 
 @pytest.fixture

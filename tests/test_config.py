@@ -52,8 +52,8 @@ def test_config_option_and_env(clean_env, monkeypatch, tmp_path):
         ("[database\n", "not valid TOML"),
         ('[database]\ndns = "x"\n', "unknown key 'dns' in \\[database\\]"),
         ("[databse]\n", "unknown table \\[databse\\]"),
-        ("[database]\nembedded = 1\n", "embedded must be a bool"),
-        ('[worker]\nconcurrency = "8"\n', "concurrency must be a int"),
+        ("[database]\nembedded = 1\n", "embedded must be true or false"),
+        ('[worker]\nconcurrency = "8"\n', "concurrency must be an integer"),
         ('database = "x"\n', "must be a table"),
     ],
 )

@@ -12,6 +12,7 @@ from uuid import UUID
 
 import psycopg
 
+from wfctl import jsonvalue
 from wfctl.connection import connect
 from wfctl.durations import parse_duration
 from wfctl.errors import UsageError
@@ -29,12 +30,12 @@ class Submitted:
     created: bool  # False: the idempotency key was used before, this is the existing workflow
 
 
-def encode_input(value: Any) -> str:
+def encode_input(value: Any, where: str = "workflow input") -> str:
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"workflow input is not JSON-serialisable: {exc}") from None
-    check_input_size(text)
+        text = jsonvalue.dumps(value)
+    except jsonvalue.UnstorableJSON as exc:
+        raise UsageError(f"{where} cannot be stored: {exc}") from None
+    check_input_size(text, where)
     return text
 
 
@@ -42,6 +43,17 @@ def check_input_size(text: str, where: str = "workflow input") -> None:
     size = len(text.encode("utf-8"))
     if size > MAX_INPUT_BYTES:
         raise UsageError(f"{where} is {size} bytes, over the limit of {MAX_INPUT_BYTES} bytes")
+
+
+INT32_MAX = 2**31 - 1
+
+
+def check_int(value: int | None, what: str, *, minimum: int = -INT32_MAX - 1) -> None:
+    """priority and max_retries are integer columns: refuse what they cannot hold."""
+    if value is not None and minimum == 0 and value < 0:
+        raise UsageError(f"{what} cannot be negative")
+    if value is not None and not minimum <= value <= INT32_MAX:
+        raise UsageError(f"{what} must be between {minimum} and {INT32_MAX}, not {value}")
 
 
 def check_type(workflow_type: str) -> None:
@@ -107,8 +119,8 @@ def submit_one(
     max_retries: int | None = None,
 ) -> Submitted:
     check_type(workflow_type)
-    if max_retries is not None and max_retries < 0:
-        raise UsageError("max_retries cannot be negative")
+    check_int(priority, "priority")
+    check_int(max_retries, "max_retries", minimum=0)
     if input_json is not None:
         check_input_size(input_json)
     with _connection(conn_or_dsn) as conn:
@@ -141,6 +153,8 @@ def submit_many(
 ) -> list[UUID]:
     """Enqueue a batch of one type in a single statement (the caller owns the transaction)."""
     check_type(workflow_type)
+    check_int(priority, "priority")
+    check_int(max_retries, "max_retries", minimum=0)
     rows = conn.execute(
         q("client.submit_many"),
         {
@@ -182,9 +196,7 @@ def parse_jsonl(data: bytes, source: str) -> list[str]:
                 f"{source} line {number}: malformed JSON: {exc.msg} "
                 f"(column {exc.colno}); nothing was submitted"
             ) from None
-        encoded = json.dumps(value, allow_nan=False)
-        check_input_size(encoded, f"{source} line {number}")
-        inputs.append(encoded)
+        inputs.append(encode_input(value, f"{source} line {number}"))
     if not inputs:
         raise UsageError(f"{source} holds no workflow input (expected one JSON value per line)")
     return inputs

@@ -40,6 +40,9 @@ SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
+_KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}
+
+
 @dataclass(frozen=True)
 class Config:
     """The config file as found: its path, whether it exists, and its validated tables."""
@@ -122,8 +125,8 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
                 known = ", ".join(SCHEMA[table])
                 raise ConfigError(f"{path}: unknown key {key!r} in [{table}] (known: {known})")
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-                kind = expected.__name__ if isinstance(expected, type) else "value"
-                raise ConfigError(f"{path}: [{table}] {key} must be a {kind}, not {value!r}")
+                kind = _KINDS.get(expected, "value") if isinstance(expected, type) else "value"
+                raise ConfigError(f"{path}: [{table}] {key} must be {kind}, not {value!r}")
         out[table] = dict(values)
     return out
 

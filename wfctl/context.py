@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
+from wfctl import jsonvalue
 from wfctl.durations import parse_duration
 
 T = TypeVar("T")
@@ -120,11 +121,11 @@ class Context:
         except Exception as exc:
             raise StepFailed(number, name, exc, started) from exc
         try:
-            encoded = json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+            encoded = jsonvalue.dumps(result)
+        except jsonvalue.UnstorableJSON as exc:
             error = TypeError(
                 f"step {name!r} returned a value of type {type(result).__name__} "
-                f"that is not JSON-serialisable ({exc})"
+                f"that cannot be stored as JSON ({exc})"
             )
             raise StepFailed(number, name, error, started) from exc
         self._journal.record(number, name, encoded, started)

@@ -8,6 +8,7 @@ from datetime import timedelta
 from wfctl.errors import UsageError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+MAX_SECONDS = 100 * 365 * 86400.0  # beyond this, timestamps overflow (and it is a typo anyway)
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 
 
@@ -17,6 +18,8 @@ def parse_duration(text: str, *, what: str = "duration", allow_zero: bool = True
     if not match:
         raise UsageError(f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d")
     value = float(match.group(1)) * _UNITS[match.group(2)]
+    if value > MAX_SECONDS:
+        raise UsageError(f"invalid {what} {text!r}: longer than the limit of 100 years")
     if value == 0 and not allow_zero:
         raise UsageError(f"invalid {what} {text!r}: must be greater than zero")
     return timedelta(seconds=value)

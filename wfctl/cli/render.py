@@ -25,11 +25,13 @@ PIPE_WIDTH = 200
 
 def _err() -> Console:
     from rich.console import Console
+
     return Console(file=sys.stderr, highlight=False, soft_wrap=True)
 
 
 def _out() -> Console:
     from rich.console import Console
+
     piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=PIPE_WIDTH if piped else None)
 
@@ -103,6 +105,7 @@ def table(
 ) -> None:
     """A Rich table on stdout."""
     from rich.table import Table
+
     grid = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
     for index, name in enumerate(columns):
         align = justify[index] if justify else "left"
@@ -116,6 +119,7 @@ def table(
 
 def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
     from rich.table import Table
+
     grid = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None)
     grid.add_column(style="bold")
     grid.add_column()
@@ -155,6 +159,7 @@ _NUM = "right"
 
 def styled(word: Any) -> Text:
     from rich.text import Text
+
     return Text(str(word), style=STATUS_STYLES.get(str(word), ""))
 
 
@@ -168,6 +173,7 @@ def ago(value: Any) -> str:
 
 def _count(value: Any, style: str) -> Text:
     from rich.text import Text
+
     number = int(value or 0)
     return Text(str(number), style=style if number else "")
 
@@ -275,6 +281,7 @@ def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
 def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int = TIMELINE_WIDTH) -> Text:
     """A bar placed at ``offset`` and ``duration`` long, on a line of ``width`` cells for ``span``."""
     from rich.text import Text
+
     if offset is None or span <= 0:
         return Text("")
     start = min(width - 1, max(0, int(float(offset) / span * width)))
@@ -290,6 +297,7 @@ def _attempt(attempt: int, max_retries: int | None) -> str:
 def workflow_detail(detail: WorkflowDetail) -> None:
     """The workflow's row, its input, output and error, and the step timeline."""
     from rich.text import Text
+
     w = detail.workflow
     out = _out()
     key_values(

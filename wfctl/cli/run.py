@@ -82,7 +82,7 @@ def init(
 
 def submit(
     workflow_type: Annotated[
-        str, typer.Argument(help="The workflow type, as registered with @wfctl.workflow.")
+        str, typer.Argument(metavar="TYPE", help="The workflow type, as registered with @wfctl.workflow.")
     ],
     input_json: Annotated[
         str | None, typer.Argument(metavar="[JSON]", help="The input, one JSON value.")
@@ -115,8 +115,8 @@ def submit(
         raise UsageError("give the input either as JSON or with --input-file, not both")
     if input_file is not None and key is not None:
         raise UsageError("--key applies to a single workflow, not to --input-file")
-    if max_retries is not None and max_retries < 0:
-        raise UsageError("--max-retries cannot be negative")
+    client.check_int(priority, "--priority")
+    client.check_int(max_retries, "--max-retries", minimum=0)
     client.check_type(workflow_type)
     delay_value = parse_duration(delay, what="--delay") if delay is not None else None
     if input_file is not None:

@@ -119,6 +119,14 @@ def _text_array(values: list[str | None]) -> str:
     )
 
 
+def _storable_text(value: str | None) -> str | None:
+    """Text columns cannot hold U+0000 and UTF-8 cannot carry a lone surrogate: an exception
+    message or a step name with either must not sink the group commit it travels in."""
+    if value is None or (value.isascii() and "\x00" not in value):
+        return value
+    return value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
+
+
 def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     """Write ``batch`` in one statement (autocommit: the statement is its transaction) and
     resolve every request. Raises psycopg errors; the caller may re-send the same batch.
@@ -133,15 +141,15 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
         "epochs": _array([r.epoch for r in firsts]),
         "kinds": _text_array([r.kind for r in lasts]),
         "steps": _array([r.step for r in firsts]),
-        "names": _text_array([r.name for r in firsts]),
+        "names": _text_array([_storable_text(r.name) for r in firsts]),
         "outputs": _text_array([r.output for r in firsts]),
         "started": _array([r.started for r in firsts]),
-        "errors": _text_array([r.error for r in lasts]),
+        "errors": _text_array([_storable_text(r.error) for r in lasts]),
         "final": _array([r.final for r in lasts]),
         "delays": _array([r.delay for r in lasts]),
         "wake": _array([r.wake for r in lasts]),
         "attempts": _array([r.attempt for r in firsts]),
-        "details": _text_array([r.detail for r in lasts]),
+        "details": _text_array([_storable_text(r.detail) for r in lasts]),
         "results": _text_array([r.result for r in lasts]),
     }
     rows = conn.execute(q("worker.flush"), params).fetchall()

@@ -7,7 +7,6 @@ means the lease was lost: the run stops at once and commits nothing more.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import traceback
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from wfctl import jsonvalue
 from wfctl.context import (
     Context,
     DeterminismError,
@@ -159,11 +159,11 @@ class Execution:
         try:
             result = self.workflow.fn(ctx, c.input)
             try:
-                output = json.dumps(result, allow_nan=False)
-            except (TypeError, ValueError) as exc:
+                output = jsonvalue.dumps(result)
+            except jsonvalue.UnstorableJSON as exc:
                 message = (
                     f"workflow {c.workflow_type!r} returned a value of type "
-                    f"{type(result).__name__} that is not JSON-serialisable ({exc})"
+                    f"{type(result).__name__} that cannot be stored as JSON ({exc})"
                 )
                 self._fail(message, message, began)
                 return

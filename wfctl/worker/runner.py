@@ -86,6 +86,7 @@ class Worker:
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
+        self._need_beat = False  # check the leases at the next turn of the loop
         self._pooled = False  # found a transaction pooler in between: poll, prepare nothing
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
         self._next_poll = 0.0
@@ -208,7 +209,7 @@ class Worker:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
             self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
-            self._next_beat = 0.0
+            self._need_beat = True
             self._more = True
             return True
 
@@ -253,14 +254,16 @@ class Worker:
 
     def _loop(self) -> None:
         while True:
+            if self._need_beat or time.monotonic() >= self._next_beat:
+                # first: after a pause, a reconnect or a fenced write, learn which leases are
+                # gone before a claimed-ahead workflow is handed to a thread
+                self._beat()
             self._harvest()
             if self.requests:
                 self._coalesce()
                 self._flush()
                 continue
             now = time.monotonic()
-            if now >= self._next_beat:
-                self._beat()
             if self.stopping.is_set():
                 if self.backlog:
                     self._release_backlog()
@@ -323,8 +326,13 @@ class Worker:
 
     def _start_ready(self) -> None:
         while self.backlog and self.active < self.options.concurrency:
+            execution = self.backlog.popleft()
+            if execution.lost:  # its lease went while it waited: it never runs here
+                self.running.pop(execution.claimed.id, None)
+                self.log.warning(f"{execution.id} lease lost before it started: not run here")
+                continue
             self.active += 1
-            self._work.put(self.backlog.popleft())
+            self._work.put(execution)
 
     def _release_backlog(self) -> None:
         """Stopping: workflows claimed ahead never started here; hand them back at once."""
@@ -355,13 +363,26 @@ class Worker:
             batch.append(self.requests.popleft())
         try:
             self._with_db("flush", flush, batch)
-        except Exception as exc:
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # gave up reconnecting
             for request in batch:
                 request.abort(exc)
             raise
+        except psycopg.Error:
+            # Something in one request the database refuses: write them one by one, so that
+            # only the culprit fails (its workflow stops here; recover requeues it)
+            for request in batch:
+                try:
+                    self._with_db("flush", flush, [request])
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    raise
+                except psycopg.Error as exc:
+                    request.abort(exc)
+        if any(not r.ok for r in batch):
+            self._need_beat = True  # a fenced write: other leases of ours may be gone too
 
     def _beat(self) -> None:
         self._next_beat = time.monotonic() + self.options.heartbeat
+        self._need_beat = False
         owned = self._with_db(
             "heartbeat", heartbeat.beat, self.me, self.options.concurrency, list(self.types)
         )

@@ -1,0 +1,63 @@
+"""The workflow the chaos run (bench/chaos.py, tests/test_chaos.py) drives through kills and a
+database restart.
+
+``chaos3`` has three steps; each sleeps a few milliseconds (the input's ``ms``: a list of three
+durations, so the driver decides how long a run is) and then appends one line
+
+    <workflow id> <step number> <attempt> <pid>
+
+to the file named by ``$WFCTL_CHAOS_LOG``: a record of every REAL execution, outside the
+checkpoint, that survives both a SIGKILL of the worker and a restart of the database. Each line
+is one ``write(2)`` on an ``O_APPEND`` descriptor, so lines from many threads and processes never
+interleave, and a process killed mid-step leaves either the whole line or none.
+
+The record is written first, then the step sleeps (as a step that calls another service and
+then waits for it): a worker killed during the sleep, or whose checkpoint never committed, has
+produced the effect, and the step runs again elsewhere. Those are the duplicate executions the
+chaos run counts and bounds.
+
+``max_retries`` is high because every recovery of a killed worker's run counts as an attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import wfctl
+
+_fd: int | None = None
+_lock = threading.Lock()
+
+
+def _log_fd() -> int | None:
+    global _fd
+    if _fd is None:
+        path = os.environ.get("WFCTL_CHAOS_LOG")
+        if not path:
+            return None
+        with _lock:
+            if _fd is None:
+                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    return _fd
+
+
+def effect(wid: str, number: int, attempt: int, ms: float) -> int:
+    fd = _log_fd()
+    if fd is not None:
+        os.write(fd, f"{wid} {number} {attempt} {os.getpid()}\n".encode())
+    if ms > 0:
+        time.sleep(ms / 1000)
+    return number
+
+
+@wfctl.workflow("chaos3", max_retries=1000, retry_base=0.05, retry_cap=0.5)
+def chaos3(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
+    wid = str(ctx.workflow_id)
+    ms = list((data or {}).get("ms") or [3, 3, 3])
+    total = 0
+    for number, name in enumerate(("one", "two", "three"), start=1):
+        total += ctx.step(name, effect, wid, number, ctx.attempt, ms[number - 1])
+    return {"sum": total}

@@ -1,0 +1,731 @@
+"""The bad-input catalogue (issue 5): one row per way to hand wfctl something wrong.
+
+Each row is (command line, the bad input or the setup that makes it bad, a fragment of the
+expected message, the exit code from the README's table, what the database must look like
+afterwards). Every row is run against a real PostgreSQL and checked for:
+
+- the exit code;
+- the message fragment on stderr, on a single line, and nothing on stdout;
+- no traceback in the output (unless the row runs with --debug);
+- no password of the row's DSN anywhere in the output;
+- the database unchanged: a fingerprint (every relation of the database, and a count and md5
+  of every row of every table) taken after the setup and after the command must be equal;
+  the two rows that must store something (quotes and SQL in a name) check that exactly that
+  was stored, literally.
+
+Most rows run in-process through the ``cli`` fixture; ``wfctl worker`` rows run as real
+processes (``run_wfctl``), since a worker imports its --app module. The row number and the
+total are in each test id: ``pytest tests/test_bad_input.py -q --collect-only`` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import APPS, free_port, with_db
+from psycopg import sql
+
+from wfctl.client import MAX_INPUT_BYTES
+
+LIVE_WORKER = "host-a:4242:abcdef"
+PASSWORD = "Sw0rdfish-Secret"  # the password of every DSN that carries one below
+NASTY = "x'); DROP TABLE workflows; --\"\\ ' OR '1'='1"
+
+
+# -- the database before and after ------------------------------------------------------------
+
+
+def fingerprint(dsn: str) -> dict[str, object]:
+    """Every relation, function and row of the database, in a comparable form."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        relations = conn.execute(
+            "SELECT n.nspname, c.relname, c.relkind FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')"
+            " ORDER BY 1, 2"
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'public' ORDER BY 1"
+        ).fetchall()
+        tables = {}
+        for schema, name, kind in relations:
+            if kind in ("r", "p"):
+                ident = sql.Identifier(schema, name)
+                tables[name] = conn.execute(
+                    sql.SQL(
+                        "SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), ''))"
+                        " FROM {} t"
+                    ).format(ident)
+                ).fetchone()
+    return {"relations": relations, "functions": functions, "tables": tables}
+
+
+def seed(dsn: str) -> dict[str, str]:
+    """A live worker that registered 'three', and one workflow in each state."""
+    ids: dict[str, str] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types)"
+            " VALUES (%s, 'host-a', 4242, 8, '{three}')",
+            (LIVE_WORKER,),
+        )
+        for status in ("pending", "running", "completed", "failed", "cancelled"):
+            finished = status in ("completed", "failed", "cancelled")
+            ids[status] = str(
+                conn.execute(
+                    "INSERT INTO workflows (workflow_type, status, input_data, lease_owner, lease_epoch,"
+                    " current_step, output_data, error_message, started_at, finished_at)"
+                    " VALUES ('three', %s, '{\"n\": 1}', %s, 2, %s, %s, %s,"
+                    " CASE WHEN %s <> 'pending' THEN now() END, CASE WHEN %s THEN now() END) RETURNING id",
+                    (
+                        status,
+                        LIVE_WORKER if status != "pending" else None,
+                        3 if status == "completed" else (1 if status != "pending" else 0),
+                        json.dumps({"sum": 6}) if status == "completed" else None,
+                        "boom" if status == "failed" else None,
+                        status,
+                        finished,
+                    ),
+                ).fetchone()[0]
+            )
+        for status in ("running", "completed", "failed"):
+            steps = 3 if status == "completed" else 1
+            conn.execute(
+                "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data,"
+                " started_at, completed_at, attempt, lease_epoch)"
+                " SELECT %s, n, (ARRAY['one', 'two', 'three'])[n], 'completed', to_jsonb(n),"
+                " now(), now(), 1, 2 FROM generate_series(1, %s) n",
+                (ids[status], steps),
+            )
+    return ids
+
+
+# -- the rows ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    """What a row's setup and check see."""
+
+    dsn: str  # the database the row runs against (the seeded one, or one without the schema)
+    project: Path  # the working directory (clean_env)
+    ids: dict[str, str] = field(default_factory=dict)
+    subs: dict[str, str] = field(default_factory=dict)
+
+
+Setup = Callable[[Ctx], None]
+Check = Callable[[Ctx, dict[str, object], dict[str, object]], None]
+
+
+def unchanged(_ctx: Ctx, before: dict[str, object], after: dict[str, object]) -> None:
+    assert after == before, "the command changed the database"
+
+
+def stored_literally(workflow_type: str, key: str | None = None) -> Check:
+    def check(ctx: Ctx, before: dict[str, object], after: dict[str, object]) -> None:
+        with psycopg.connect(ctx.dsn) as conn:
+            new = conn.execute(
+                "SELECT workflow_type, idempotency_key, input_data FROM workflows"
+                " WHERE NOT (id = ANY(%s::uuid[]))",
+                (list(ctx.ids.values()),),
+            ).fetchall()
+            assert conn.execute("SELECT count(*) FROM workflows").fetchone()[0] == len(ctx.ids) + 1
+        assert new == [(workflow_type, key, {"q": "'; DROP TABLE workflow_steps; --"})]
+        assert after["relations"] == before["relations"] and after["functions"] == before["functions"]
+        for table in ("workflow_steps", "workers", "wfctl_schema_migrations"):
+            assert after["tables"][table] == before["tables"][table], table  # type: ignore[index]
+
+    return check
+
+
+def stored_one(ctx: Ctx, before: dict[str, object], after: dict[str, object]) -> None:
+    counts = after["tables"]["workflows"][0], before["tables"]["workflows"][0]  # type: ignore[index]
+    assert counts[0] == counts[1] + 1
+
+
+@dataclass
+class Row:
+    name: str
+    args: tuple[str, ...]
+    fragment: str
+    code: int
+    db: str = "schema"  # "schema": migrated and seeded; "empty": no wfctl schema
+    setup: Setup | None = None
+    process: bool = False  # a real `python -m wfctl` process (for `wfctl worker`)
+    cwd: str = "project"  # for processes: "project" or "apps" (tests/apps, for --app testflows)
+    stdin: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # none of these may appear in the output
+    check: Check = unchanged
+
+
+def write(name: str, content: str | bytes) -> Setup:
+    def setup(ctx: Ctx) -> None:
+        path = ctx.project / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+    return setup
+
+
+def make_dir(name: str) -> Setup:
+    return lambda ctx: (ctx.project / name).mkdir()
+
+
+def newer_schema(ctx: Ctx) -> None:
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future')")
+
+
+def unreachable() -> str:
+    return f"host=127.0.0.1 port={free_port()} dbname=x connect_timeout=3"
+
+
+D = ("--dsn", "<dsn>")
+BIG = json.dumps({"blob": "x" * MAX_INPUT_BYTES})
+EXACT = json.dumps("x" * (MAX_INPUT_BYTES - 2))  # exactly MAX_INPUT_BYTES bytes of JSON
+assert len(EXACT.encode()) == MAX_INPUT_BYTES
+NO_SCHEMA = "this database has no wfctl schema (run `wfctl init` to install it)"
+NOT_UUID = "not a UUID"
+BAD_DURATION = "use a number and a unit, such as 30s, 5m, 24h or 7d"
+HUGE = "99999999999d"  # more days than a timedelta holds
+MAX_TIMEDELTA = "999999999d"  # the largest timedelta: past PostgreSQL's timestamps when added to now()
+
+
+def duration_rows() -> list[Row]:
+    rows: list[Row] = []
+    options = [
+        ("submit", ("submit", "three", "{}"), "--delay", "invalid --delay"),
+        ("recover", ("recover",), "--stale", "invalid --stale"),
+        ("stats", ("stats",), "--since", "invalid --since"),
+        ("list", ("list",), "--since", "invalid --since"),
+        ("prune", ("prune",), "--older-than", "invalid --older-than"),
+        ("workers", ("workers",), "--stale", "invalid --stale"),
+        ("metrics", ("metrics",), "--since", "invalid --since"),
+        ("metrics", ("metrics",), "--stale", "invalid --stale"),
+    ]
+    for command, args, option, fragment in options:
+        extra = ("--older-than", "30d") if command == "prune" and option != "--older-than" else ()
+        for label, value in (
+            ("unitless", "10"),
+            ("negative", "-5m"),
+            ("word", "soon"),
+            ("huge", HUGE),
+            ("max", MAX_TIMEDELTA),
+        ):
+            rows.append(
+                Row(f"{command}-{option[2:]}-{label}", (*args, *extra, option, value, *D), fragment, 2)
+            )
+    for option in ("--heartbeat", "--grace", "--poll"):
+        for label, value in (("unitless", "10"), ("negative", "-1s"), ("huge", HUGE)):
+            rows.append(
+                Row(
+                    f"worker-{option[2:]}-{label}",
+                    ("worker", "--app", "testflows", "--burst", option, value, *D),
+                    f"invalid {option}",
+                    2,
+                    process=True,
+                    cwd="apps",
+                )
+            )
+    for command, args, option in (
+        ("recover", ("recover",), "--stale"),
+        ("prune", ("prune",), "--older-than"),
+        ("worker", ("worker", "--app", "testflows", "--burst"), "--heartbeat"),
+    ):
+        rows.append(
+            Row(
+                f"{command}-{option[2:]}-zero",
+                (*args, option, "0s", *D),
+                "must be greater than zero",
+                2,
+                process=command == "worker",
+                cwd="apps",
+            )
+        )
+    return rows
+
+
+def no_schema_rows() -> list[Row]:
+    wid = "6d0f1c2e-8d7f-4a43-9a1e-9f3c2b0f3a11"
+    commands = [
+        ("submit", "three", "{}"),
+        ("recover", "--stale", "5m"),
+        ("stats",),
+        ("list",),
+        ("show", wid),
+        ("cancel", wid),
+        ("retry", wid),
+        ("prune", "--older-than", "30d"),
+        ("workers",),
+        ("metrics",),
+    ]
+    rows = [Row(f"no-schema-{c[0]}", (*c, *D), NO_SCHEMA, 5, db="empty") for c in commands]
+    rows.append(
+        Row(
+            "no-schema-worker",
+            ("worker", "--app", "testflows", "--burst", *D),
+            NO_SCHEMA,
+            5,
+            db="empty",
+            process=True,
+            cwd="apps",
+        )
+    )
+    rows.append(
+        Row(
+            "no-schema-submit-file",
+            ("submit", "three", "--input-file", "-", *D),
+            NO_SCHEMA,
+            5,
+            db="empty",
+            stdin='{"n": 1}\n',
+        )
+    )
+    return rows
+
+
+ROWS: list[Row] = [
+    # -- submit: the input --
+    Row("json-malformed", ("submit", "three", "{bad", *D), "malformed JSON input", 2),
+    Row("json-truncated", ("submit", "three", '{"a": 1', *D), "malformed JSON input", 2),
+    Row("json-empty-argument", ("submit", "three", "", *D), "malformed JSON input", 2),
+    Row("json-trailing-garbage", ("submit", "three", '{"a": 1} x', *D), "malformed JSON input", 2),
+    Row("json-nan", ("submit", "three", '{"a": NaN}', *D), "cannot be stored: Out of range float", 2),
+    Row("json-nul-escape", ("submit", "three", '{"a": "\\u0000"}', *D), "\\u0000", 2),
+    Row("json-lone-surrogate", ("submit", "three", '"\\ud800"', *D), "surrogate", 2),
+    Row("input-over-limit", ("submit", "three", BIG, *D), f"over the limit of {MAX_INPUT_BYTES} bytes", 2),
+    Row("input-at-limit-is-accepted", ("submit", "three", EXACT, *D), "", 0, check=stored_one),
+    Row(
+        "jsonl-one-bad-line",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "line 3",
+        2,
+        setup=write("in.jsonl", '{"n": 1}\n{"n": 2}\n{"n": oops}\n{"n": 4}\n'),
+    ),
+    Row(
+        "jsonl-bad-line-says-nothing-stored",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "nothing was submitted",
+        2,
+        setup=write("in.jsonl", '{"n": 1}\n[1,\n'),
+    ),
+    Row(
+        "jsonl-stdin-bad-line",
+        ("submit", "three", "--input-file", "-", *D),
+        "line 2",
+        2,
+        stdin='{"n": 1}\n{"n": \n{"n": 3}\n',
+    ),
+    Row(
+        "jsonl-line-over-limit",
+        ("submit", "three", "--input-file", "big.jsonl", *D),
+        "line 2 is",
+        2,
+        setup=write("big.jsonl", '{"n": 1}\n' + BIG + "\n"),
+    ),
+    Row(
+        "jsonl-nul-escape-line",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "line 2",
+        2,
+        setup=write("in.jsonl", '{"n": 1}\n{"a": "\\u0000"}\n'),
+    ),
+    Row(
+        "jsonl-non-utf8",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "not valid UTF-8 (line 2",
+        2,
+        setup=write("in.jsonl", b'{"n": 1}\n{"n": "\xff"}\n'),
+    ),
+    Row(
+        "jsonl-empty-file",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "holds no workflow input",
+        2,
+        setup=write("in.jsonl", "\n\n"),
+    ),
+    Row(
+        "jsonl-missing-file",
+        ("submit", "three", "--input-file", "nope.jsonl", *D),
+        "cannot read --input-file",
+        2,
+    ),
+    Row(
+        "jsonl-directory",
+        ("submit", "three", "--input-file", "adir", *D),
+        "cannot read --input-file",
+        2,
+        setup=make_dir("adir"),
+    ),
+    Row("json-and-input-file", ("submit", "three", "{}", "--input-file", "x.jsonl", *D), "not both", 2),
+    Row("key-with-input-file", ("submit", "three", "--input-file", "x.jsonl", "--key", "k", *D), "--key", 2),
+    # -- submit: the options and the type --
+    Row(
+        "max-retries-negative", ("submit", "three", "{}", "--max-retries", "-1", *D), "cannot be negative", 2
+    ),
+    Row(
+        "max-retries-over-int",
+        ("submit", "three", "{}", "--max-retries", "2147483648", *D),
+        "--max-retries",
+        2,
+    ),
+    Row("priority-not-a-number", ("submit", "three", "{}", "--priority", "x", *D), "'--priority'", 2),
+    Row("priority-over-int", ("submit", "three", "{}", "--priority", "2147483648", *D), "--priority", 2),
+    Row(
+        "priority-over-int-file",
+        ("submit", "three", "--input-file", "-", "--priority", "2147483648", *D),
+        "--priority",
+        2,
+        stdin="{}\n",
+    ),
+    Row("type-missing", ("submit", *D), "Missing argument", 2),
+    Row("type-empty", ("submit", "", "{}", *D), "1 to 100 characters", 2),
+    Row("type-too-long", ("submit", "x" * 101, "{}", *D), "1 to 100 characters", 2),
+    Row("type-unknown-to-workers", ("submit", "thre", "{}", *D), "unknown workflow type 'thre'", 2),
+    Row(
+        "type-with-quotes-and-sql",
+        ("submit", NASTY, '{"q": "\'; DROP TABLE workflow_steps; --"}', "--force", *D),
+        "",
+        0,
+        check=stored_literally(NASTY),
+    ),
+    Row(
+        "key-with-quotes-and-sql",
+        ("submit", "three", '{"q": "\'; DROP TABLE workflow_steps; --"}', "--key", NASTY, *D),
+        "",
+        0,
+        check=stored_literally("three", NASTY),
+    ),
+    # -- durations --
+    *duration_rows(),
+    # -- ids and states --
+    *[Row(f"{c}-id-not-uuid", (c, "12345", *D), NOT_UUID, 2) for c in ("show", "cancel", "retry")],
+    Row("show-id-is-sql", ("show", "'; DELETE FROM workflows; --", *D), NOT_UUID, 2),
+    *[Row(f"{c}-id-unknown", (c, "<missing>", *D), "no workflow", 6) for c in ("show", "cancel", "retry")],
+    *[
+        Row(f"cancel-{s}", ("cancel", f"<{s}>", *D), "there is nothing to cancel", 7)
+        for s in ("completed", "failed", "cancelled")
+    ],
+    *[
+        Row(f"retry-{s}", ("retry", f"<{s}>", *D), "only a failed or cancelled workflow can be retried", 7)
+        for s in ("running", "pending", "completed")
+    ],
+    Row(
+        "retry-from-step-zero", ("retry", "<failed>", "--from-step", "0", *D), "--from-step counts from 1", 2
+    ),
+    Row("list-status-bogus", ("list", "--status", "bogus", *D), "invalid status 'bogus'", 2),
+    Row("list-limit-zero", ("list", "--limit", "0", *D), "'--limit'", 2),
+    Row(
+        "prune-status-running",
+        ("prune", "--older-than", "30d", "--status", "running", *D),
+        "invalid status",
+        2,
+    ),
+    Row("unknown-command", ("frobnicate",), "No such command", 2),
+    Row("unknown-option", ("submit", "three", "--frobnicate", *D), "No such option", 2),
+    # -- the --app module (real processes) --
+    Row(
+        "app-does-not-import",
+        ("worker", "--app", "no_such_module_xyz", "--burst", *D),
+        "cannot import --app no_such_module_xyz",
+        9,
+        process=True,
+    ),
+    Row(
+        "app-raises-on-import",
+        ("worker", "--app", "brokenapp", "--burst", *D),
+        "importing --app brokenapp failed: RuntimeError: boom at import",
+        9,
+        process=True,
+        setup=write("brokenapp.py", "raise RuntimeError('boom at import')\n"),
+    ),
+    Row(
+        "app-syntax-error",
+        ("worker", "--app", "syntaxapp", "--burst", *D),
+        "importing --app syntaxapp failed: SyntaxError",
+        9,
+        process=True,
+        setup=write("syntaxapp.py", "def broken(:\n"),
+    ),
+    Row(
+        "app-registers-nothing",
+        ("worker", "--app", "emptyapp", "--burst", *D),
+        "registers no workflow",
+        9,
+        process=True,
+        setup=write("emptyapp.py", "x = 1\n"),
+    ),
+    Row("app-not-given", ("worker", "--burst", *D), "no --app given", 9, process=True),
+    Row(
+        "worker-types-unknown",
+        ("worker", "--app", "testflows", "--types", "three,nope", "--burst", *D),
+        "nope",
+        2,
+        process=True,
+        cwd="apps",
+    ),
+    Row(
+        "worker-concurrency-zero",
+        ("worker", "--app", "testflows", "--concurrency", "0", *D),
+        "--concurrency must be between 1 and 1000",
+        2,
+        process=True,
+        cwd="apps",
+    ),
+    Row(
+        "worker-log-format",
+        ("worker", "--app", "testflows", "--log-format", "xml", *D),
+        "--log-format 'xml'",
+        2,
+        process=True,
+        cwd="apps",
+    ),
+    # -- the database --
+    Row(
+        "db-unreachable-submit",
+        ("submit", "three", "{}", "--dsn", "<unreachable>"),
+        "cannot connect to 127.0.0.1:",
+        4,
+    ),
+    Row("db-unreachable-stats", ("stats", "--dsn", "<unreachable>"), "cannot connect to 127.0.0.1:", 4),
+    Row("db-unreachable-init", ("init", "--dsn", "<unreachable>"), "cannot connect to 127.0.0.1:", 4),
+    Row(
+        "db-unreachable-worker",
+        ("worker", "--app", "testflows", "--burst", "--dsn", "<unreachable>"),
+        "cannot connect to 127.0.0.1:",
+        4,
+        process=True,
+        cwd="apps",
+    ),
+    Row("db-does-not-exist", ("stats", "--dsn", "<nodb>"), "does not exist", 4),
+    *no_schema_rows(),
+    Row("schema-newer-than-wfctl", ("stats", *D), "newer than this wfctl", 5, setup=newer_schema),
+    # -- configuration --
+    Row("toml-syntax", ("stats",), "not valid TOML", 3, setup=write("wfctl.toml", "[database\n")),
+    Row(
+        "toml-unknown-table",
+        ("stats",),
+        "unknown table [databse]",
+        3,
+        setup=write("wfctl.toml", "[databse]\n"),
+    ),
+    Row(
+        "toml-unknown-key",
+        ("stats",),
+        "unknown key 'host' in [database]",
+        3,
+        setup=write("wfctl.toml", '[database]\nhost = "x"\n'),
+    ),
+    Row(
+        "toml-wrong-type",
+        ("stats", *D),
+        "[worker] concurrency must be",
+        3,
+        setup=write("wfctl.toml", '[worker]\nconcurrency = "8"\n'),
+    ),
+    Row(
+        "toml-dsn-and-embedded",
+        ("stats",),
+        "sets both dsn and embedded",
+        3,
+        setup=write("wfctl.toml", '[database]\ndsn = "host=x"\nembedded = true\n'),
+    ),
+    Row(
+        "toml-not-utf8", ("stats",), "not valid UTF-8", 3, setup=write("wfctl.toml", b"\xff\xfe[database]\n")
+    ),
+    Row("toml-is-a-directory", ("stats",), "cannot read config file", 3, setup=make_dir("wfctl.toml")),
+    Row("config-option-missing", ("stats", "--config", "nope.toml"), "does not exist", 3),
+    Row("config-env-missing", ("stats",), "does not exist", 3, env={"WFCTL_CONFIG": "nope.toml"}),
+    Row(
+        "toml-bad-worker-heartbeat",
+        ("worker", "--config", "<project>/wfctl.toml", *D),
+        "invalid --heartbeat '10'",
+        2,
+        process=True,
+        cwd="apps",
+        setup=write("wfctl.toml", '[worker]\napp = "testflows"\nheartbeat = "10"\n'),
+    ),
+    Row("dsn-unknown-option", ("stats", "--dsn", "hots=localhost"), 'invalid connection option "hots"', 3),
+    Row("dsn-env-bad-syntax", ("stats",), "invalid DSN", 3, env={"WFCTL_DSN": "host=h dbname"}),
+    # -- passwords: never echoed --
+    Row(
+        "password-bad-dsn-syntax",
+        ("stats", "--dsn", f"host=h password={PASSWORD[:6]} {PASSWORD[6:]}"),
+        "invalid DSN",
+        3,
+        secrets=(PASSWORD[:6], PASSWORD[6:]),
+    ),
+    Row(
+        "password-bad-dsn-syntax-debug",
+        ("--debug", "stats", "--dsn", f"host=h password={PASSWORD[:6]} {PASSWORD[6:]}"),
+        "invalid DSN",
+        3,
+        secrets=(PASSWORD[:6], PASSWORD[6:]),
+    ),
+    Row(
+        "password-unreachable",
+        ("stats", "--dsn", "<unreachable-pw>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-unreachable-json",
+        ("stats", "--json", "--dsn", "<unreachable-pw>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-unreachable-debug",
+        ("--debug", "submit", "three", "{}", "--dsn", "<unreachable-pw>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-url-unreachable",
+        ("list", "--dsn", "<unreachable-url>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-url-unreachable-debug-json",
+        ("--debug", "--json", "db", "status", "--dsn", "<unreachable-url>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-env-unreachable",
+        ("recover",),
+        "cannot connect",
+        4,
+        env={"WFCTL_DSN": "<unreachable-pw>"},
+        secrets=(PASSWORD,),
+    ),
+    Row("password-wrong", ("stats", "--dsn", "<wrong-pw>"), "authentication failed", 4, secrets=(PASSWORD,)),
+    Row(
+        "password-wrong-debug-json",
+        ("--debug", "stats", "--json", "--dsn", "<wrong-pw>"),
+        "authentication failed",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row(
+        "password-wrong-worker",
+        ("worker", "--app", "testflows", "--burst", "--dsn", "<wrong-pw>"),
+        "authentication failed",
+        4,
+        process=True,
+        cwd="apps",
+        secrets=(PASSWORD,),
+    ),
+]
+
+IDS = [f"{i:03d}of{len(ROWS)}-{row.name}" for i, row in enumerate(ROWS, start=1)]
+
+
+def test_catalogue_has_every_kind_of_row():
+    names = [row.name for row in ROWS]
+    assert len(names) == len(set(names)), "two rows with one name"
+    print(f"\nbad-input catalogue: {len(ROWS)} rows")
+    assert len(ROWS) >= 100
+    for needed in (
+        "json-malformed",
+        "jsonl-one-bad-line",
+        "jsonl-non-utf8",
+        "input-over-limit",
+        "show-id-not-uuid",
+        "cancel-id-unknown",
+        "cancel-completed",
+        "retry-running",
+        "app-does-not-import",
+        "app-registers-nothing",
+        "type-with-quotes-and-sql",
+        "db-unreachable-submit",
+        "no-schema-metrics",
+        "toml-syntax",
+        "password-wrong",
+    ):
+        assert needed in names
+
+
+@pytest.fixture(scope="module")
+def wrong_password_role(pg_server):
+    """A login role with a password (TCP clients must give it): the rows send a wrong one."""
+    if pg_server.tcp_port is None:
+        return None
+    role = f"wfctl_bad_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'the-right-one'").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def substitute(text: str, ctx: Ctx) -> str:
+    for token, value in ctx.subs.items():
+        text = text.replace(token, value)
+    return text
+
+
+@pytest.mark.parametrize("row", ROWS, ids=IDS)
+def test_bad_input(row: Row, request, cli, run_wfctl, clean_env, pg_server, wrong_password_role):
+    dsn = request.getfixturevalue("empty_dsn" if row.db == "empty" else "dsn")
+    ctx = Ctx(dsn=dsn, project=clean_env)
+    if row.db == "schema":
+        ctx.ids = seed(dsn)
+    port = free_port()
+    ctx.subs = {
+        "<dsn>": dsn,
+        "<project>": str(clean_env),
+        "<missing>": str(uuid.uuid4()),
+        "<unreachable>": unreachable(),
+        "<unreachable-pw>": f"host=127.0.0.1 port={port} user=bob password={PASSWORD} dbname=x",
+        "<unreachable-url>": f"postgresql://bob:{PASSWORD}@127.0.0.1:{port}/x",
+        "<nodb>": with_db(dsn, "wfctl_no_such_database_xyz"),
+        **{f"<{status}>": wid for status, wid in ctx.ids.items()},
+    }
+    if "<wrong-pw>" in " ".join(row.args):
+        if wrong_password_role is None:
+            pytest.skip("the test server does not listen on TCP")
+        dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        ctx.subs["<wrong-pw>"] = pg_server.tcp_dsn(dbname, wrong_password_role, PASSWORD)
+    if row.setup is not None:
+        row.setup(ctx)
+    args = [substitute(a, ctx) for a in row.args]
+    env = {k: substitute(v, ctx) for k, v in row.env.items()}
+    before = fingerprint(dsn)
+    if row.process:
+        assert row.stdin is None
+        result = run_wfctl(*args, env=env, cwd=APPS if row.cwd == "apps" else clean_env, timeout=120)
+    else:
+        result = cli(*args, input=row.stdin, env=env or None)
+    after = fingerprint(dsn)
+    debug = "--debug" in args
+    output = result.stdout + result.stderr
+    assert result.exit_code == row.code, output[-2000:]
+    assert row.fragment in result.stderr, result.stderr[-2000:]
+    if row.code != 0:
+        assert result.stdout == "", "an error printed something on stdout"
+        if not debug:
+            lines = result.stderr.splitlines()
+            assert len(lines) == 1 and result.stderr.endswith("\n"), result.stderr[-2000:]
+            assert lines[0].startswith("wfctl: error: ")
+    if not debug:
+        assert "Traceback" not in output
+    for secret in row.secrets:
+        assert secret not in output, "a password was echoed"
+    row.check(ctx, before, after)

@@ -506,6 +506,9 @@ class Chaos:
 
     def stop_workers(self) -> list[int | None]:
         live = self.live()
+        # a worker started moments ago may still be importing, before its SIGTERM handler is
+        # installed (a stop then simply ends it, holding nothing): let every one get ready first
+        self.wait(lambda: all(w.id for w in live), 60, "every live worker to be ready before stopping")
         for worker in live:
             worker.proc.send_signal(signal.SIGTERM)
         codes = []

@@ -102,7 +102,10 @@ class Trace:
         starts: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
         dones: dict[tuple[str, str], list[tuple[str, float]]] = collections.defaultdict(list)
         if path.exists():
-            for line in path.read_text().splitlines():
+            text = path.read_text()
+            # read while workers append: a last line may be half-written; it is read next time
+            complete = text[: text.rfind("\n") + 1]
+            for line in complete.splitlines():
                 parts = line.split()
                 if parts[2] == "start":
                     starts[(parts[0], parts[1])].append(float(parts[3]))

@@ -207,7 +207,9 @@ class Workers:
     def effects(self) -> list[tuple[str, str]]:
         if not self.log.exists():
             return []
-        return [tuple(line.split(" ", 1)) for line in self.log.read_text().splitlines()]  # type: ignore[misc]
+        text = self.log.read_text()
+        complete = text[: text.rfind("\n") + 1]  # workers may be appending: skip a half line
+        return [tuple(line.split(" ", 1)) for line in complete.splitlines()]  # type: ignore[misc]
 
     def stop_all(self) -> None:
         for proc in self.procs:

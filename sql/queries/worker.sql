@@ -94,7 +94,7 @@ w AS (
       -- by a status index, even when the table's statistics are stale
       AND wf.status = ANY (CASE WHEN r.kind = 'complete' THEN ARRAY['running', 'completed']
                                 ELSE ARRAY['running'] END)
-    RETURNING wf.id, wf.status, wf.attempt, wf.run_at
+    RETURNING wf.id
 ),
 s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
@@ -115,7 +115,7 @@ s AS (
     WHERE ws.status <> 'completed' OR ws.lease_epoch = excluded.lease_epoch
     RETURNING ws.workflow_id
 )
-SELECT w.id, w.status, w.attempt, w.run_at,
+SELECT w.id,
        (r.step IS NULL OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = w.id)) AS stored
 FROM w
 JOIN r ON r.id = w.id;

@@ -3,8 +3,7 @@ and the current context, nothing else. Kept in one place so a Typer upgrade touc
 
 from __future__ import annotations
 
-from typer._click.core import Context
 from typer._click.exceptions import UsageError
 from typer._click.globals import get_current_context
 
-__all__ = ["Context", "UsageError", "get_current_context"]
+__all__ = ["UsageError", "get_current_context"]

@@ -67,8 +67,6 @@ class Request:
         self.result = result
         self.error, self.detail, self.final, self.delay, self.wake = error, detail, final, delay, wake
         self.ok = False
-        self.status: str | None = None  # the workflow's status after the write
-        self.run_at: datetime | None = None
         self.failure: BaseException | None = None  # the database could not be reached for good
         # a one-shot latch: held from creation, released once resolved (cheaper than an Event)
         self._done = threading.Lock()
@@ -77,8 +75,8 @@ class Request:
     def wait(self) -> None:
         self._done.acquire()
 
-    def resolve(self, ok: bool, status: str | None = None, run_at: datetime | None = None) -> None:
-        self.ok, self.status, self.run_at = ok, status, run_at
+    def resolve(self, ok: bool) -> None:
+        self.ok = ok
         self._done.release()
 
     def abort(self, error: BaseException) -> None:
@@ -157,7 +155,7 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     for group in groups:
         row = written.get(group[0].workflow_id)
         for r in group:
-            if row is None or not row[4]:
+            if row is None or not row[1]:
                 r.resolve(False)
             else:
-                r.resolve(True, row[1], row[3])
+                r.resolve(True)

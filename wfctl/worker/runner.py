@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 from uuid import UUID
@@ -54,7 +54,6 @@ class WorkerOptions:
     burst: bool = False
     prepare: bool = True
     max_batch: int = 256
-    claim_types: dict[str, int] = field(default_factory=dict)
 
 
 class Worker:
@@ -190,9 +189,11 @@ class Worker:
         assert self.conn is not None
         return self.conn
 
-    def _reconnect(self, error: BaseException) -> bool:
+    def _reconnect(self, error: BaseException, action: str) -> bool:
         """Reconnect with backoff; False if we gave up because the worker is stopping."""
-        self.log.warning(f"lost the database connection ({_one_line(error, self.dsn)}); reconnecting")
+        self.log.warning(
+            f"lost the database connection during {action} ({_one_line(error, self.dsn)}); reconnecting"
+        )
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.close()
@@ -219,11 +220,11 @@ class Worker:
             try:
                 return fn(self._db(), *args)
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not self._reconnect(exc):
+                if not self._reconnect(exc, action):
                     raise
             except psycopg.Error as exc:
                 if self._db().closed or self._db().broken:
-                    if not self._reconnect(exc):
+                    if not self._reconnect(exc, action):
                         raise
                     continue
                 raise

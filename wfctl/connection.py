@@ -136,6 +136,26 @@ def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
     return row is None or int(row[0]) != conn.info.backend_pid
 
 
+#: SQLSTATEs that mean the session is gone: class 08 (connection exception) and the server
+#: shutting down or being restarted (admin_shutdown, crash_shutdown, cannot_connect_now).
+_SESSION_GONE = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(conn: psycopg.Connection[Any], exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (reconnect and re-send), as opposed to a
+    statement the server refused on a live connection: a statement or lock timeout, a
+    deadlock, a value out of range, a program limit, a full disk. Re-sending a refused
+    statement would only be refused again."""
+    if conn.closed or conn.broken:
+        return True
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    if state is None:  # raised by the client itself: the connection failed under it
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith("08") or state in _SESSION_GONE
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     text = text.removeprefix("connection failed: ")

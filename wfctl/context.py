@@ -23,6 +23,7 @@ from wfctl.durations import parse_duration
 T = TypeVar("T")
 
 SLEEP_STEP = "sleep"
+MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class Journal(Protocol):
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         """Store the sleep step and make the workflow runnable again at ``wake_at``."""
+
+    def repark(self, wake_at: datetime) -> None:
+        """A replayed sleep whose wake time is still ahead: leave again until ``wake_at``
+        (the sleep step is stored already; nothing else is written)."""
 
     def now(self) -> datetime:
         """The current time, by the database's clock where there is one."""
@@ -116,6 +121,9 @@ class Context:
             return stored.output  # type: ignore[no-any-return]
         self._journal.boundary()
         started = self._journal.now()
+        refused = _step_name_problem(name)
+        if refused is not None:  # the database would refuse its checkpoint: do not run it
+            raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), started)
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
@@ -145,7 +153,9 @@ class Context:
         if stored is not None:
             wake_at = datetime.fromisoformat(stored.output["wake_at"])
             if wake_at > self._journal.now():
-                raise Parked(wake_at)  # woken early (a retry): sleep on, nothing new to store
+                # woken early (a retry of a sleeping run): leave again until the same time
+                self._journal.repark(wake_at)
+                raise Parked(wake_at)
             return
         self._journal.boundary()
         now = self._journal.now()
@@ -163,6 +173,18 @@ class Context:
                 f"{stored.name!r} when it was checkpointed, the code now calls {name!r}"
             )
         return number
+
+
+def _step_name_problem(name: str) -> str | None:
+    """Why the database cannot store ``name`` as a step name, or None."""
+    if not isinstance(name, str) or not name:
+        return f"a step name must be a non-empty string, not {name!r}; the step was not run"
+    if len(name) > MAX_STEP_NAME:
+        return (
+            f"step name {name[:40]!r}... has {len(name)} characters, over the {MAX_STEP_NAME} "
+            "that are stored; the step was not run"
+        )
+    return None
 
 
 class MemoryJournal:
@@ -184,6 +206,9 @@ class MemoryJournal:
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         self.steps[number] = RecordedStep(number, name, json.loads(output_json))
+        self.parked_until = wake_at
+
+    def repark(self, wake_at: datetime) -> None:
         self.parked_until = wake_at
 
     def now(self) -> datetime:

@@ -1,5 +1,12 @@
-"""JSON the database can store: jsonb refuses U+0000 and unpaired surrogates, which Python's
-json module accepts. Every input, step result and workflow output goes through ``dumps``."""
+"""JSON the database can store, and that reads back as what was written.
+
+jsonb refuses U+0000 and unpaired surrogates, which Python's json module accepts. And jsonb
+keeps numbers as ``numeric``: a float that Python writes with a positive exponent (``1e+16``)
+reads back as the integer ``10000000000000000``, so a step's result would change type between
+the first run and a replay. Such floats are written as their exact digits plus ``.0``, which
+jsonb keeps as a fraction and Python reads back as the same float. Every input, step result
+and workflow output goes through ``dumps``.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +22,51 @@ class UnstorableJSON(ValueError):
     surrogate)."""
 
 
-def _check(value: Any) -> None:
+def _is_big_float(value: float) -> bool:
+    return "e+" in repr(value)
+
+
+def _check(value: Any) -> bool:
+    """Raise UnstorableJSON for what jsonb refuses; True when a float needs exact digits."""
     if isinstance(value, str):
         if _UNSTORABLE.search(value):
             raise UnstorableJSON(
                 "it holds \\u0000 or an unpaired surrogate, which PostgreSQL's jsonb cannot store"
             )
-    elif isinstance(value, dict):
+        return False
+    if isinstance(value, float):
+        return _is_big_float(value)
+    big = False
+    if isinstance(value, dict):
         for key, item in value.items():
             _check(key)
-            _check(item)
+            big = _check(item) or big
     elif isinstance(value, list | tuple):
         for item in value:
-            _check(item)
+            big = _check(item) or big
+    return big
+
+
+def _float_text(value: float) -> str:
+    if _is_big_float(value):
+        return f"{int(value)}.0"  # the float's exact value: reads back as the same float
+    return json.dumps(value, allow_nan=False)
+
+
+def _key(key: Any) -> str:
+    """An object key as json.dumps writes it (non-string keys become strings)."""
+    return json.dumps(key) if isinstance(key, str) else json.dumps({key: 0})[1:-4]
+
+
+def _encode(value: Any) -> str:
+    """The slow path, only for values holding a float written with a positive exponent."""
+    if isinstance(value, float):
+        return _float_text(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)}: {_encode(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_encode(v) for v in value) + "]"
+    return json.dumps(value, allow_nan=False)
 
 
 def dumps(value: Any) -> str:
@@ -36,5 +75,6 @@ def dumps(value: Any) -> str:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UnstorableJSON(str(exc)) from None
-    _check(value)
+    if _check(value):
+        return _encode(value)
     return text

@@ -37,6 +37,7 @@ SET status = 'running',
     updated_at = now()
 WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
+          w.current_step,
           CASE WHEN w.current_step > 0 THEN (
               SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
                               ORDER BY s.step_number)
@@ -48,21 +49,27 @@ RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_r
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. Each input
 -- row is one request: 'step' (checkpoint), 'park' (checkpoint a sleep and leave until
--- wake), 'complete' (with the last step's checkpoint when it has not been sent yet), 'fail'
--- (final, or back to pending after a backoff), 'release' (back to pending now, at shutdown).
--- A row with a step number also writes that step's row. Rows whose epoch no longer matches are
--- skipped: fenced out.
--- Re-sending a batch whose commit was not acknowledged is harmless: a step row written by the
--- same epoch is simply written again, and a completion of a completed run matches again.
+-- wake; without a step number: a replayed sleep leaving again), 'complete' (with the last
+-- step's checkpoint when it has not been sent yet), 'fail' (final, or back to pending after
+-- a backoff), 'release' (back to pending now, at shutdown).
+-- A row with a step number also writes that step's row. Every part is keyed by (id, epoch):
+-- a row whose epoch no longer matches changes nothing and is reported as fenced out, even when
+-- a fresh epoch's write for the same workflow travels in the same batch.
+-- A completion whose last checkpoint travels separately commits only if that checkpoint did
+-- (current_step = expect): a run never ends 'completed' without its steps.
+-- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
+-- step row written by the same epoch is written again, a completion of a completed run
+-- matches again, and a park, fail or release already applied under the same epoch (the
+-- workflow already shows its effect) is reported as done.
 WITH r AS (
     SELECT *
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(kinds)s::text[], %(steps)s::int[],
                 %(names)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
                 %(errors)s::text[], %(final)s::bool[], %(delays)s::float8[],
                 %(wake)s::timestamptz[], %(attempts)s::int[], %(details)s::text[],
-                %(results)s::jsonb[])
+                %(results)s::jsonb[], %(expects)s::int[])
          AS t(id, epoch, kind, step, name, output, started, error, final, delay, wake, attempt,
-              detail, result)
+              detail, result, expect)
 ),
 w AS (
     UPDATE workflows wf
@@ -94,7 +101,8 @@ w AS (
       -- by a status index, even when the table's statistics are stale
       AND wf.status = ANY (CASE WHEN r.kind = 'complete' THEN ARRAY['running', 'completed']
                                 ELSE ARRAY['running'] END)
-    RETURNING wf.id
+      AND (r.kind <> 'complete' OR r.step IS NOT NULL OR wf.current_step = r.expect)
+    RETURNING wf.id, wf.lease_epoch
 ),
 s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
@@ -105,7 +113,7 @@ s AS (
            r.started, now(), CASE WHEN r.kind = 'fail' THEN coalesce(r.detail, r.error) END,
            r.attempt, r.epoch
     FROM r
-    JOIN w ON w.id = r.id
+    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
     WHERE r.step IS NOT NULL
     ON CONFLICT (workflow_id, step_number) DO UPDATE
     SET step_name = excluded.step_name, status = excluded.status,
@@ -113,12 +121,28 @@ s AS (
         completed_at = excluded.completed_at, error_message = excluded.error_message,
         attempt = excluded.attempt, lease_epoch = excluded.lease_epoch
     WHERE ws.status <> 'completed' OR ws.lease_epoch = excluded.lease_epoch
-    RETURNING ws.workflow_id
+    RETURNING ws.workflow_id, ws.lease_epoch
 )
-SELECT w.id,
-       (r.step IS NULL OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = w.id)) AS stored
-FROM w
-JOIN r ON r.id = w.id;
+SELECT r.id, r.epoch,
+       CASE WHEN w.id IS NOT NULL THEN
+                r.step IS NULL
+                OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = r.id AND s.lease_epoch = r.epoch)
+            ELSE
+                -- not written now: already applied by an earlier send of the same request?
+                -- (this reads the workflow as it was before this statement)
+                r.kind IN ('park', 'fail', 'release') AND EXISTS (
+                    SELECT 1 FROM workflows cur
+                    WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
+                      AND CASE r.kind
+                              WHEN 'fail' THEN CASE WHEN r.final THEN cur.status = 'failed'
+                                                    ELSE cur.status = 'pending'
+                                                         AND cur.attempt = r.attempt + 1 END
+                              WHEN 'park' THEN cur.status = 'pending' AND cur.run_at = r.wake
+                              ELSE cur.status = 'pending'
+                          END)
+       END AS stored
+FROM r
+LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch;
 
 -- name: heartbeat
 -- One statement per beat: register/refresh the worker row, and touch updated_at of the
@@ -136,12 +160,15 @@ WHERE lease_owner = %(id)s AND status = 'running'
 RETURNING id, lease_epoch;
 
 -- name: release_owned
--- Shutdown: hand back every workflow this worker still holds, runnable at once.
-UPDATE workflows
+-- Shutdown, and runs claimed by a statement whose reply never arrived: hand back these
+-- executions (id and epoch) if this worker still holds them, runnable at once. The attempt
+-- is not counted: none of their steps ran here.
+UPDATE workflows w
 SET status = 'pending', run_at = now(), updated_at = now()
-WHERE lease_owner = %(id)s AND status = 'running'
-  AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
-RETURNING id;
+FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS r(id, epoch)
+WHERE w.id = r.id AND w.lease_epoch = r.epoch
+  AND w.lease_owner = %(id)s AND w.status = 'running'
+RETURNING w.id;
 
 -- name: stopped
 UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;

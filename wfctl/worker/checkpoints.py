@@ -29,6 +29,7 @@ class Request:
         "detail",
         "epoch",
         "error",
+        "expect",
         "failure",
         "final",
         "kind",
@@ -36,9 +37,7 @@ class Request:
         "ok",
         "output",
         "result",
-        "run_at",
         "started",
-        "status",
         "step",
         "wake",
         "workflow_id",
@@ -61,10 +60,12 @@ class Request:
         final: bool = False,
         delay: float | None = None,  # seconds of backoff, for a non-final 'fail'
         wake: datetime | None = None,  # for 'park'
+        expect: int | None = None,  # for 'complete': the last step the run checkpointed
     ) -> None:
         self.workflow_id, self.epoch, self.kind, self.attempt = workflow_id, epoch, kind, attempt
         self.step, self.name, self.output, self.started = step, name, output, started
         self.result = result
+        self.expect = expect
         self.error, self.detail, self.final, self.delay, self.wake = error, detail, final, delay, wake
         self.ok = False
         self.failure: BaseException | None = None  # the database could not be reached for good
@@ -83,19 +84,31 @@ class Request:
         self.failure = error
         self._done.release()
 
+    @property
+    def key(self) -> tuple[UUID, int]:
+        """One execution of one workflow: the id and the lease epoch it runs under."""
+        return (self.workflow_id, self.epoch)
+
+
+#: The longest backoff or sleep the database is asked to add to now() (100 years): a retry
+#: policy that computes more must not produce a timestamp the database refuses.
+MAX_DELAY_SECONDS = 100 * 365.25 * 86400
+
 
 def merge(batch: list[Request]) -> list[tuple[Request, ...]]:
-    """Rows to send: one per request, except that a workflow's checkpoint followed by its
-    completion in the same batch travel as one row (one UPDATE of the workflow, one step row)."""
+    """Rows to send: one per request, except that an execution's checkpoint followed by its
+    completion in the same batch travel as one row (one UPDATE of the workflow, one step row).
+    An execution is (workflow id, epoch): a stale epoch's request never merges with a fresh
+    one of the same workflow."""
     rows: list[tuple[Request, ...]] = []
-    last_step: dict[UUID, int] = {}
+    last_step: dict[tuple[UUID, int], int] = {}
     for r in batch:
-        index = last_step.pop(r.workflow_id, None)
+        index = last_step.pop(r.key, None)
         if index is not None and r.kind == "complete" and r.step is None:
             rows[index] = (*rows[index], r)
             continue
         if r.kind == "step":
-            last_step[r.workflow_id] = len(rows)
+            last_step[r.key] = len(rows)
         rows.append((r,))
     return rows
 
@@ -144,18 +157,22 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
         "started": _array([r.started for r in firsts]),
         "errors": _text_array([_storable_text(r.error) for r in lasts]),
         "final": _array([r.final for r in lasts]),
-        "delays": _array([r.delay for r in lasts]),
+        "delays": _array([_clamp(r.delay) for r in lasts]),
         "wake": _array([r.wake for r in lasts]),
         "attempts": _array([r.attempt for r in firsts]),
         "details": _text_array([_storable_text(r.detail) for r in lasts]),
         "results": _text_array([r.result for r in lasts]),
+        "expects": _array([r.expect for r in lasts]),
     }
     rows = conn.execute(q("worker.flush"), params).fetchall()
-    written = {row[0]: row for row in rows}
+    written = {(row[0], int(row[1])) for row in rows if row[2]}
     for group in groups:
-        row = written.get(group[0].workflow_id)
+        ok = group[0].key in written
         for r in group:
-            if row is None or not row[1]:
-                r.resolve(False)
-            else:
-                r.resolve(True)
+            r.resolve(ok)
+
+
+def _clamp(delay: float | None) -> float | None:
+    if delay is None:
+        return None
+    return min(max(delay, 0.0), MAX_DELAY_SECONDS)

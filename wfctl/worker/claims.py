@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,8 +24,11 @@ class Claimed:
     epoch: int
     attempt: int
     max_retries: int
+    current_step: int  # the last checkpointed step: what a completion expects to follow
     journal: dict[int, RecordedStep]
-    db_now: datetime
+    db_now: datetime  # the database's clock at the claim
+    claimed_at: float  # time.monotonic() when the claim's reply arrived: with db_now, a clock
+    # that follows the database's and that no step of the worker's wall clock can move
 
 
 def claim(
@@ -42,12 +46,26 @@ def claim(
         q("worker.claim"),
         {"types": types, "retries": [policies[t] for t in types], "limit": limit, "owner": owner},
     ).fetchall()
+    arrived = time.monotonic()
     claimed = []
-    for wid, wtype, data, epoch, attempt, max_retries, journal, db_now in rows:
+    for wid, wtype, data, epoch, attempt, max_retries, current, journal, db_now in rows:
         steps = {
             int(number): RecordedStep(int(number), name, output) for number, name, output in (journal or [])
         }
-        claimed.append(Claimed(wid, wtype, data, int(epoch), int(attempt), int(max_retries), steps, db_now))
+        claimed.append(
+            Claimed(
+                wid,
+                wtype,
+                data,
+                int(epoch),
+                int(attempt),
+                int(max_retries),
+                int(current or 0),
+                steps,
+                db_now,
+                arrived,
+            )
+        )
     return claimed
 
 

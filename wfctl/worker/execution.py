@@ -11,8 +11,9 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from wfctl import jsonvalue
 from wfctl.context import (
@@ -60,19 +61,33 @@ class Execution:
         self._send = send
         self._stopping = stopping
         self._log = log
-        self._offset = claimed.db_now - datetime.now(UTC)
         self.lost = False  # set by the database loop when a heartbeat shows the lease is gone
         self.terminal = False  # a final write (complete, fail, park, release) was sent
         # The last checkpoint, sent but not yet awaited: the workflow's own code runs on while
         # it commits, and the next step (or the end of the run) waits for it. A checkpoint that
         # is still queued when the run completes travels in the same row as the completion.
         self._pending: Request | None = None
+        # the last step this execution knows to be checkpointed (or sent): a completion is
+        # only committed when the database shows it, so a run never completes without its steps
+        self._last_step = claimed.current_step
         self.outcome: str | None = None
         self.write_error: BaseException | None = None  # a write failed (not fenced): the database
+        self.crash: str | None = None  # why the run ended without any final write being tried
 
     @property
     def id(self) -> str:
         return str(self.claimed.id)
+
+    @property
+    def key(self) -> tuple[UUID, int]:
+        return (self.claimed.id, self.claimed.epoch)
+
+    @property
+    def settled(self) -> bool:
+        """The attempt ended with a committed final write, or its lease went elsewhere. Any
+        other end (a write the database refused, an internal error) leaves the row running
+        under this worker: the worker then ends the attempt itself, counting it."""
+        return self.outcome in ("completed", "parked", "released", "failed", "retry", "lost")
 
     # -- Journal ------------------------------------------------------------------------------
 
@@ -97,7 +112,10 @@ class Execution:
                 raise Lost()
 
     def now(self) -> datetime:
-        return datetime.now(UTC) + self._offset
+        """The database's clock: its time at the claim plus the monotonic time since, so a
+        step of this machine's wall clock (NTP) moves neither step times nor sleeps."""
+        c = self.claimed
+        return c.db_now + timedelta(seconds=time.monotonic() - c.claimed_at)
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
         if self.lost:
@@ -106,6 +124,7 @@ class Execution:
         request = self._request("step", step=number, name=name, output=output_json, started=started_at)
         self._send(request)
         self._pending = request
+        self._last_step = number
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         self._settle()
@@ -118,6 +137,12 @@ class Execution:
             wake=wake_at,
             terminal=True,
         ):
+            raise Lost()
+        self._last_step = number
+
+    def repark(self, wake_at: datetime) -> None:
+        self._settle()
+        if not self._write("park", wake=wake_at, terminal=True):
             raise Lost()
 
     # -- running ------------------------------------------------------------------------------
@@ -167,7 +192,7 @@ class Execution:
                 )
                 self._fail(message, message, began)
                 return
-            if self._write("complete", result=output, terminal=True):
+            if self._write("complete", result=output, terminal=True, expect=self._last_step):
                 self.outcome = "completed"
                 self._log.event("completed", self.id, duration=_secs(began), **fields)
             else:
@@ -176,9 +201,11 @@ class Execution:
             self.outcome = "parked"
             self._log.event("parked", self.id, until=parked.wake_at.isoformat(timespec="seconds"), **fields)
         except Released:
-            self.outcome = "released"
-            self._write("release", terminal=True)
-            self._log.event("released", self.id, reason="worker shutting down", **fields)
+            if self._write("release", terminal=True):
+                self.outcome = "released"
+                self._log.event("released", self.id, reason="worker shutting down", **fields)
+            else:
+                self._lost(began)
         except Lost:
             self._lost(began)
         except DeterminismError as exc:
@@ -188,6 +215,9 @@ class Execution:
             self._fail(summary, error_with_traceback(exc.error), began, step=exc)
         except Exception as exc:
             self._fail(describe_error(exc), error_with_traceback(exc), began)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... from workflow code
+            summary = f"workflow code raised {describe_error(exc)}"
+            self._fail(summary, error_with_traceback(exc), began)
 
     def _fail(
         self, summary: str, detail: str, began: float, *, final: bool = False, step: StepFailed | None = None
@@ -221,6 +251,20 @@ class Execution:
                 **fields,
             )
 
+    def abandon_request(self) -> Request:
+        """The write that ends this attempt when it ended without a committed final write:
+        a failed attempt like any other (counted, backed off, 'failed' once retries are used
+        up), with a plain message the database cannot refuse. Sent by the database loop."""
+        c = self.claimed
+        if self.write_error is not None:
+            why = f"a write to the database failed ({_first_line(self.write_error)})"
+        else:
+            why = self.crash or "the worker could not record how it ended"
+        final = c.attempt > c.max_retries
+        delay = None if final else backoff(c.attempt, self.workflow.retry_base, self.workflow.retry_cap)
+        message = f"attempt {c.attempt} ended without its final write: {why}"[:MAX_ERROR_CHARS]
+        return Request(c.id, c.epoch, "fail", c.attempt, error=message, final=final, delay=delay)
+
     def _lost(self, began: float) -> None:
         if self.write_error is not None:
             self.outcome = "error"
@@ -246,6 +290,11 @@ class Execution:
             epoch=self.claimed.epoch,
             duration=_secs(began),
         )
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".strip()
 
 
 def _secs(began: float) -> str:

@@ -30,15 +30,26 @@ from uuid import UUID
 import psycopg
 
 from wfctl import schema
-from wfctl.connection import behind_pooler, connect, scrub
+from wfctl.connection import behind_pooler, connect, connection_lost, scrub
+from wfctl.errors import ConnectionFailed
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import claims, heartbeat
-from wfctl.worker.checkpoints import Request, flush
+from wfctl.worker.checkpoints import Request, flush, merge
 from wfctl.worker.execution import Execution
 from wfctl.worker.log import WorkerLog
 
+Key = tuple[UUID, int]  # one execution: workflow id and the lease epoch it runs under
+
+
+class GaveUp(Exception):
+    """The connection is gone and the worker stopped trying to reconnect (it is stopping)."""
+
+
 RECONNECT_MAX_DELAY = 5.0
+STUCK_CANCEL_AFTER = 2.0  # after the grace period, a statement still waiting is cancelled...
+STUCK_EXIT_AFTER = 5.0  # ...and if the database still does not answer, the worker exits
+
 COALESCE_GAP = 0.0003  # seconds without a new write after which a group commit goes out
 COALESCE_MAX = 0.002  # the longest a write waits for company
 
@@ -72,7 +83,14 @@ class Worker:
         self.conn: psycopg.Connection[Any] | None = None
         self.requests: deque[Request] = deque()
         self.finished: deque[Execution] = deque()
-        self.running: dict[UUID, Execution] = {}  # every workflow this worker holds
+        # every execution this worker holds, by (id, epoch): after a cancel + retry or a
+        # recovery, one worker may hold a lost old execution and the new one of the same id
+        self.running: dict[Key, Execution] = {}
+        # executions that ended here without a committed final write (or whose last write was
+        # turned down): while the database still shows one as running here under its epoch,
+        # the loop ends its attempt itself, counted like any failure (never a silent requeue)
+        self.unsettled: dict[Key, Execution] = {}
+        self._abandon_due = 0.0  # re-send refused abandon writes no more than once a beat
         self.backlog: deque[Execution] = deque()  # held, waiting for a free thread
         self.active = 0  # executions on threads
         self.stopping = threading.Event()
@@ -91,6 +109,11 @@ class Worker:
         self._next_poll = 0.0
         self._next_beat = 0.0
         self._more = True
+        self._announced_stop = False  # the loop has logged the signal (never the handler)
+        self._stop_signal = ""
+        self._in_statement = False  # the loop waits for the database (for the watchdog)
+        self._exited = threading.Event()
+        self._last_refusal: tuple[str, float] = ("", 0.0)
 
     # -- threads -> loop ----------------------------------------------------------------------
 
@@ -138,23 +161,58 @@ class Worker:
     # -- signals ------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        """Only flags and a byte on the wake pipe: a handler that logged could deadlock on the
+        log's lock, which the interrupted main thread may hold. The loop logs."""
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts >= 2:
-                self.log.warning(
-                    "second interrupt: exiting now; unfinished workflows will be "
-                    "recovered once their lease goes stale"
-                )
+                with contextlib.suppress(OSError):
+                    os.write(
+                        2,
+                        b"wfctl worker: second interrupt: exiting now; unfinished workflows will be "
+                        b"recovered once their lease goes stale\n",
+                    )
                 os._exit(130)
         if not self.stopping.is_set():
-            self.stopping.set()
+            self._stop_signal = signal.Signals(signum).name
             self.stop_deadline = time.monotonic() + self.options.grace
-            name = signal.Signals(signum).name
-            self.log.info(
-                f"{name}: no new work; letting running steps finish (grace {self.options.grace:g}s)",
-                running=len(self.running),
-            )
+            self.stopping.set()
         self._wake()
+
+    def _announce_stop(self) -> None:
+        if self._announced_stop or not self.stopping.is_set():
+            return
+        self._announced_stop = True
+        self.log.info(
+            f"{self._stop_signal}: no new work; letting running steps finish (grace {self.options.grace:g}s)",
+            running=len(self.running),
+        )
+        threading.Thread(target=self._watchdog, name="wfctl-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        """Stopping: whatever the database does, exit within the grace period plus a few
+        seconds. A statement still waiting past the grace period is cancelled; if the worker
+        still has not exited, it exits without handing its workflows back (their leases lapse
+        and a recovery sweep requeues them)."""
+        assert self.stop_deadline is not None
+        if self._exited.wait(max(0.0, self.stop_deadline + STUCK_CANCEL_AFTER - time.monotonic())):
+            return
+        conn = self.conn
+        if self._in_statement and conn is not None:
+            self.log.warning(
+                f"the database has not answered for {STUCK_CANCEL_AFTER:g}s past the grace period: "
+                "cancelling the statement"
+            )
+            with contextlib.suppress(Exception):
+                conn.cancel_safe(timeout=1.0)
+        if self._exited.wait(max(0.0, self.stop_deadline + STUCK_EXIT_AFTER - time.monotonic())):
+            return
+        held = len(self.running) + len(self.unsettled)
+        self.log.error(
+            f"the database does not answer: exiting without handing back {held} workflow(s); "
+            "their leases lapse and `wfctl recover` (or another worker's sweep) requeues them"
+        )
+        os._exit(ConnectionFailed.exit_code)
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
@@ -189,8 +247,8 @@ class Worker:
         assert self.conn is not None
         return self.conn
 
-    def _reconnect(self, error: BaseException, action: str) -> bool:
-        """Reconnect with backoff; False if we gave up because the worker is stopping."""
+    def _reconnect(self, error: BaseException, action: str) -> None:
+        """Reconnect with backoff; GaveUp if the worker is stopping and its grace is over."""
         self.log.warning(
             f"lost the database connection during {action} ({_one_line(error, self.dsn)}); reconnecting"
         )
@@ -202,7 +260,7 @@ class Worker:
         started = time.monotonic()
         while True:
             if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
-                return False
+                raise GaveUp(_one_line(error, self.dsn))
             try:
                 self.conn = self._connect()
             except Exception:
@@ -212,22 +270,36 @@ class Worker:
             self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
             self._need_beat = True
             self._more = True
-            return True
+            return
 
     def _with_db(self, action: str, fn: Any, *args: Any) -> Any:
-        """Run ``fn(conn, *args)``, reconnecting and retrying on connection errors."""
+        """Run ``fn(conn, *args)``, reconnecting and retrying when the connection was lost.
+        Any other database error (a statement timeout, a deadlock, a value the database
+        refuses, a full disk) is a refusal of this statement: it is raised to the caller,
+        which fails what it must and carries on; re-sending it would fail the same way."""
         while True:
+            conn = self.conn
             try:
-                return fn(self._db(), *args)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if not self._reconnect(exc, action):
-                    raise
+                if conn is None:
+                    raise psycopg.OperationalError("not connected")
+                self._in_statement = True
+                try:
+                    return fn(conn, *args)
+                finally:
+                    self._in_statement = False
             except psycopg.Error as exc:
-                if self._db().closed or self._db().broken:
-                    if not self._reconnect(exc, action):
-                        raise
-                    continue
-                raise
+                if conn is not None and not connection_lost(conn, exc):
+                    raise
+                self._reconnect(exc, action)
+
+    def _refused(self, action: str, error: psycopg.Error) -> None:
+        """Log a refused statement (once a minute for the same message)."""
+        text = _one_line(error, self.dsn)
+        last, when = self._last_refusal
+        now = time.monotonic()
+        if text != last or now - when > 60:
+            self._last_refusal = (text, now)
+            self.log.warning(f"the database refused the {action} ({text}); carrying on")
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -249,12 +321,18 @@ class Worker:
         )
         try:
             self._loop()
+        except GaveUp as exc:
+            self.log.error(f"gave up reconnecting while stopping ({exc})")
         finally:
-            self._shutdown()
+            try:
+                self._shutdown()
+            finally:
+                self._exited.set()
         return self.exit_code
 
     def _loop(self) -> None:
         while True:
+            self._announce_stop()
             if self._need_beat or time.monotonic() >= self._next_beat:
                 # first: after a pause, a reconnect or a fenced write, learn which leases are
                 # gone before a claimed-ahead workflow is handed to a thread
@@ -268,14 +346,20 @@ class Worker:
             if self.stopping.is_set():
                 if self.backlog:
                     self._release_backlog()
-                if not self.running:
+                if not self.running and not self.unsettled:
                     return
                 if self.stop_deadline is not None and now >= self.stop_deadline:
                     self._release_remaining()
                     return
             elif self._should_claim(now):
                 got = self._claim()
-                if got == 0 and self.options.burst and not self.running and not self.requests:
+                if (
+                    got == 0
+                    and self.options.burst
+                    and not self.running
+                    and not self.requests
+                    and not self.unsettled
+                ):
                     self.log.info("burst: no runnable work left; exiting")
                     return
                 continue
@@ -326,10 +410,12 @@ class Worker:
         return self._more or self._wakeups > 0 or now >= self._next_poll
 
     def _start_ready(self) -> None:
+        if self.stopping.is_set():
+            return  # after SIGTERM nothing new starts here: the backlog is handed back
         while self.backlog and self.active < self.options.concurrency:
             execution = self.backlog.popleft()
             if execution.lost:  # its lease went while it waited: it never runs here
-                self.running.pop(execution.claimed.id, None)
+                self.running.pop(execution.key, None)
                 self.log.warning(f"{execution.id} lease lost before it started: not run here")
                 continue
             self.active += 1
@@ -340,20 +426,25 @@ class Worker:
         waiting = list(self.backlog)
         self.backlog.clear()
         for execution in waiting:
-            self.running.pop(execution.claimed.id, None)
-        self._with_db("release", _release, self.me.id, [e.claimed.id for e in waiting])
+            self.running.pop(execution.key, None)
+        self._release([e.key for e in waiting])
 
     def _claim(self) -> int:
         limit = self._free_slots()
         self._wakeups = 0
         self._next_poll = time.monotonic() + self.options.poll
-        batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit)
+        try:
+            batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit)
+        except psycopg.Error as exc:
+            self._refused("claim", exc)
+            self._more = False
+            return 0
         self._more = len(batch) == limit
         for claimed in batch:
             execution = Execution(
                 claimed, self.types[claimed.workflow_type], self.send, self.stopping, self.log
             )
-            self.running[claimed.id] = execution
+            self.running[execution.key] = execution
             self.backlog.append(execution)
         self._start_ready()
         return len(batch)
@@ -364,33 +455,54 @@ class Worker:
             batch.append(self.requests.popleft())
         try:
             self._with_db("flush", flush, batch)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:  # gave up reconnecting
+        except GaveUp as exc:
             for request in batch:
                 request.abort(exc)
             raise
-        except psycopg.Error:
-            # Something in one request the database refuses: write them one by one, so that
-            # only the culprit fails (its workflow stops here; recover requeues it)
-            for request in batch:
-                try:
-                    self._with_db("flush", flush, [request])
-                except (psycopg.OperationalError, psycopg.InterfaceError):
-                    raise
-                except psycopg.Error as exc:
-                    request.abort(exc)
+        except psycopg.Error as exc:
+            # Something in one request the database refuses: write them one execution at a
+            # time, so that only the culprit fails; once one of an execution's writes fails,
+            # its later writes in this batch fail with it (a completion never commits without
+            # the checkpoint before it). Its attempt is then ended by the loop, counted.
+            self._refused("write", exc)
+            self._flush_one_by_one(batch)
         if any(not r.ok for r in batch):
             self._need_beat = True  # a fenced write: other leases of ours may be gone too
+
+    def _flush_one_by_one(self, batch: list[Request]) -> None:
+        failed: dict[Key, BaseException] = {}
+        for group in merge(batch):
+            key = group[0].key
+            if key in failed:
+                for request in group:
+                    request.abort(failed[key])
+                continue
+            try:
+                self._with_db("flush", flush, list(group))
+            except GaveUp as exc:
+                for request in group:
+                    request.abort(exc)
+                raise
+            except psycopg.Error as exc:
+                failed[key] = exc
+                for request in group:
+                    request.abort(exc)
+
+    def _beat_once(self, conn: psycopg.Connection[Any]) -> dict[UUID, int]:
+        return heartbeat.beat(conn, self.me, self.options.concurrency, list(self.types))
 
     def _beat(self) -> None:
         self._next_beat = time.monotonic() + self.options.heartbeat
         self._need_beat = False
-        owned = self._with_db(
-            "heartbeat", heartbeat.beat, self.me, self.options.concurrency, list(self.types)
-        )
+        try:
+            owned = self._with_db("heartbeat", self._beat_once)
+        except psycopg.Error as exc:
+            self._refused("heartbeat", exc)
+            return
         lost = [
             e
-            for wid, e in self.running.items()
-            if not e.terminal and not e.lost and owned.get(wid) != e.claimed.epoch
+            for e in self.running.values()
+            if not e.terminal and not e.lost and owned.get(e.claimed.id) != e.claimed.epoch
         ]
         for execution in lost:
             execution.lost = True
@@ -398,19 +510,53 @@ class Worker:
                 f"{execution.id} lease lost: another worker or `wfctl recover` / "
                 "`wfctl cancel` took it; this worker stops it at its next step"
             )
-        orphans = [wid for wid in owned if wid not in self.running]
+        # ended here without a final write: end the attempt (again, if the last try was refused)
+        due = time.monotonic() >= self._abandon_due
+        for key in list(self.unsettled):
+            if owned.get(key[0]) != key[1]:
+                del self.unsettled[key]  # its attempt ended, or the run was taken elsewhere
+            elif due:
+                self._abandon(self.unsettled[key])
+        orphans = [
+            (wid, epoch)
+            for wid, epoch in owned.items()
+            if (wid, epoch) not in self.running and (wid, epoch) not in self.unsettled
+        ]
         if orphans:  # claimed by a statement whose reply never arrived
-            self._with_db("release", _release, self.me.id, orphans)
-            self.log.info(f"released {len(orphans)} workflow(s) claimed during a connection loss")
+            released = self._release(orphans)
+            if released:
+                self.log.info(f"released {released} workflow(s) claimed during a connection loss")
 
     def _harvest(self) -> None:
         while self.finished:
             execution = self.finished.popleft()
-            self.running.pop(execution.claimed.id, None)
+            self.running.pop(execution.key, None)
             self.active -= 1
-            if execution.outcome is not None and execution.outcome != "lost":
+            if not execution.settled:
+                self._abandon(execution)
+            elif execution.outcome == "lost":
+                # normally the run went elsewhere; the next beat checks that it really did
+                self.unsettled[execution.key] = execution
+                self._need_beat = True
+            else:
                 self._more = True  # a slot is free: there may be more waiting
         self._start_ready()
+
+    def _abandon(self, execution: Execution) -> None:
+        """An execution ended while its row is still running under this worker (a write the
+        database refused, an internal error): end the attempt as a failure, counted against
+        the retries, so the run backs off and finally fails instead of coming straight back."""
+        request = execution.abandon_request()
+        self.log.event(
+            "error",
+            f"{execution.id} {request.error}",
+            level="error",
+            type=execution.claimed.workflow_type,
+            attempt=execution.claimed.attempt,
+        )
+        self.unsettled[execution.key] = execution
+        self.requests.append(request)
+        self._abandon_due = time.monotonic() + self.options.heartbeat
 
     def _wait(self) -> None:
         now = time.monotonic()
@@ -421,8 +567,8 @@ class Worker:
             deadlines.append(self.stop_deadline)
         timeout = max(0.0, min(deadlines) - now)
         watch = [self._wake_r]
-        conn = self._db()
-        if self._listening() and not conn.closed:
+        conn = self.conn
+        if self._listening() and conn is not None and not conn.closed:
             watch.append(conn.fileno())
         self._select(watch, timeout)
         if self._listening():
@@ -431,19 +577,29 @@ class Worker:
 
     # -- stopping -----------------------------------------------------------------------------
 
+    def _release(self, keys: list[Key]) -> int:
+        """Hand back executions this worker still holds; how many were handed back."""
+        if not keys:
+            return 0
+        try:
+            return len(self._with_db("release", _release, self.me.id, keys))
+        except psycopg.Error as exc:
+            self._refused("release", exc)
+            return 0
+
     def _release_remaining(self, reason: str = "grace period over") -> None:
         """Hand back every workflow still held (the statement only touches those still running
-        under this worker, so one whose final write did commit is left alone)."""
-        ids = list(self.running)
+        under this worker with the same epoch, so one whose final write did commit is left
+        alone)."""
+        keys = list(self.running)
         for execution in self.running.values():
             execution.lost = True  # whatever it writes from now on is fenced by the status check
-        if ids:
-            released = self._with_db("release", _release, self.me.id, ids)
-            if released:
-                self.log.warning(
-                    f"{reason}: released {len(released)} workflow(s) still running; other "
-                    "workers resume them from their last checkpoint"
-                )
+        released = self._release(keys)
+        if released:
+            self.log.warning(
+                f"{reason}: released {released} workflow(s) still running; other "
+                "workers resume them from their last checkpoint"
+            )
 
     def _shutdown(self) -> None:
         try:
@@ -453,15 +609,18 @@ class Worker:
                 heartbeat.stopped(self.conn, self.me)
                 self.conn.execute(q("worker.notify"))
                 self.conn.close()
-        except psycopg.Error as exc:
+        except (psycopg.Error, GaveUp) as exc:
             self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
         for _ in self._threads:
             self._work.put(None)
         self.log.info(f"worker {self.me.id} stopped")
 
 
-def _release(conn: psycopg.Connection[Any], owner: str, ids: list[UUID]) -> list[UUID]:
-    rows = conn.execute(q("worker.release_owned"), {"id": owner, "ids": ids}).fetchall()
+def _release(conn: psycopg.Connection[Any], owner: str, keys: list[Key]) -> list[UUID]:
+    rows = conn.execute(
+        q("worker.release_owned"),
+        {"id": owner, "ids": [k[0] for k in keys], "epochs": [k[1] for k in keys]},
+    ).fetchall()
     if rows:
         conn.execute(q("worker.notify"))
     return [r[0] for r in rows]

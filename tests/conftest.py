@@ -156,7 +156,9 @@ class Workers:
         env.update(extra or {})
         return env
 
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(
+        self, *args: str, env: dict[str, str] | None = None, app: str = "testflows"
+    ) -> subprocess.Popen[str]:
         index = len(self.procs)
         out = open(self.tmp / f"worker{index}.log", "w")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
@@ -166,7 +168,7 @@ class Workers:
                 "wfctl",
                 "worker",
                 "--app",
-                "testflows",
+                app,
                 "--poll",
                 "100ms",
                 "--heartbeat",
@@ -185,9 +187,11 @@ class Workers:
         self.procs.append(proc)
         return proc
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> str:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, app: str = "testflows"
+    ) -> str:
         """A --burst worker run to completion; returns its log."""
-        proc = self.start("--burst", *args, env=env)
+        proc = self.start("--burst", *args, env=env, app=app)
         code = proc.wait(timeout=timeout)
         text = proc.log_path.read_text()  # type: ignore[attr-defined]
         assert code == 0, text

@@ -50,12 +50,23 @@ class Registry:
 default_registry = Registry()
 
 
+#: The longest retry_base or retry_cap accepted: a backoff must stay a time the database can
+#: add to now().
+MAX_RETRY_DELAY = timedelta(days=100 * 365)
+
+
 def _as_delta(value: str | float | timedelta, what: str) -> timedelta:
     if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float):
-        return timedelta(seconds=value)
-    return parse_duration(value, what=what)
+        delta = value
+    elif isinstance(value, int | float):
+        if not 0 <= value <= MAX_RETRY_DELAY.total_seconds():
+            raise ValueError(f"{what} must be between 0 and 100 years, not {value!r} seconds")
+        delta = timedelta(seconds=value)
+    else:
+        delta = parse_duration(value, what=what)
+    if not timedelta(0) <= delta <= MAX_RETRY_DELAY:
+        raise ValueError(f"{what} must be between 0 and 100 years, not {delta}")
+    return delta
 
 
 def workflow(
@@ -76,15 +87,12 @@ def workflow(
     if max_retries < 0:
         raise ValueError("max_retries must be >= 0")
 
+    base = _as_delta(retry_base, "retry_base")
+    cap = _as_delta(retry_cap, "retry_cap")
+
     def decorate(fn: F) -> F:
         (registry or default_registry).add(
-            WorkflowType(
-                name=name,
-                fn=fn,
-                max_retries=max_retries,
-                retry_base=_as_delta(retry_base, "retry_base"),
-                retry_cap=_as_delta(retry_cap, "retry_cap"),
-            )
+            WorkflowType(name=name, fn=fn, max_retries=max_retries, retry_base=base, retry_cap=cap)
         )
         fn.__wfctl_type__ = name  # type: ignore[attr-defined]
         return fn

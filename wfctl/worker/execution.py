@@ -272,8 +272,8 @@ class Execution:
             self._log.event(
                 "error",
                 f"{self.id} a write to the database failed "
-                f"({type(self.write_error).__name__}: {first[0] if first else ''}): this worker "
-                "stops running it; `wfctl recover` requeues it",
+                f"({type(self.write_error).__name__}: {first[0] if first else ''}): the run stops "
+                "here and this attempt counts as failed",
                 level="error",
                 type=self.claimed.workflow_type,
                 epoch=self.claimed.epoch,

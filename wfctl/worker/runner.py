@@ -109,7 +109,8 @@ class Worker:
         self._next_poll = 0.0
         self._next_beat = 0.0
         self._more = True
-        self._announced_stop = False  # the loop has logged the signal (never the handler)
+        self._announced_stop = False  # the watchdog has logged the signal (never the handler)
+        self._signal_r = -1
         self._stop_signal = ""
         self._in_statement = False  # the loop waits for the database (for the watchdog)
         self._exited = threading.Event()
@@ -162,61 +163,81 @@ class Worker:
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Only flags and a byte on the wake pipe: a handler that logged could deadlock on the
-        log's lock, which the interrupted main thread may hold. The loop logs."""
+        log's lock, which the interrupted main thread may hold. The watchdog thread logs.
+
+        Python runs this handler only when the main thread runs Python code again: while it
+        waits on the database, the watchdog (woken by the signal's byte on the wakeup fd)
+        starts the stop instead."""
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts >= 2:
-                with contextlib.suppress(OSError):
-                    os.write(
-                        2,
-                        b"wfctl worker: second interrupt: exiting now; unfinished workflows will be "
-                        b"recovered once their lease goes stale\n",
-                    )
-                os._exit(130)
+                _exit_now()
+        self._begin_stop(signum)
+        self._wake()
+
+    def _begin_stop(self, signum: int) -> None:
         if not self.stopping.is_set():
             self._stop_signal = signal.Signals(signum).name
             self.stop_deadline = time.monotonic() + self.options.grace
             self.stopping.set()
-        self._wake()
-
-    def _announce_stop(self) -> None:
-        if self._announced_stop or not self.stopping.is_set():
-            return
-        self._announced_stop = True
-        self.log.info(
-            f"{self._stop_signal}: no new work; letting running steps finish (grace {self.options.grace:g}s)",
-            running=len(self.running),
-        )
-        threading.Thread(target=self._watchdog, name="wfctl-watchdog", daemon=True).start()
-
-    def _watchdog(self) -> None:
-        """Stopping: whatever the database does, exit within the grace period plus a few
-        seconds. A statement still waiting past the grace period is cancelled; if the worker
-        still has not exited, it exits without handing its workflows back (their leases lapse
-        and a recovery sweep requeues them)."""
-        assert self.stop_deadline is not None
-        if self._exited.wait(max(0.0, self.stop_deadline + STUCK_CANCEL_AFTER - time.monotonic())):
-            return
-        conn = self.conn
-        if self._in_statement and conn is not None:
-            self.log.warning(
-                f"the database has not answered for {STUCK_CANCEL_AFTER:g}s past the grace period: "
-                "cancelling the statement"
-            )
-            with contextlib.suppress(Exception):
-                conn.cancel_safe(timeout=1.0)
-        if self._exited.wait(max(0.0, self.stop_deadline + STUCK_EXIT_AFTER - time.monotonic())):
-            return
-        held = len(self.running) + len(self.unsettled)
-        self.log.error(
-            f"the database does not answer: exiting without handing back {held} workflow(s); "
-            "their leases lapse and `wfctl recover` (or another worker's sweep) requeues them"
-        )
-        os._exit(ConnectionFailed.exit_code)
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        self._signal_r = read
+        threading.Thread(target=self._watchdog, name="wfctl-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        """Stopping: whatever the database does, the worker exits within its grace period plus
+        a few seconds. It sees signals as bytes on the wakeup fd, so it acts even while the main
+        thread waits on a database that does not answer. Past the grace period it cancels the
+        statement the loop waits on; if the worker still has not exited, it exits without
+        handing its workflows back (their leases lapse and a recovery sweep requeues them)."""
+        interrupts = 0
+        cancelled = False
+        while True:
+            timeout = None
+            if self.stop_deadline is not None:
+                after = STUCK_EXIT_AFTER if cancelled else STUCK_CANCEL_AFTER
+                timeout = max(0.0, self.stop_deadline + after - time.monotonic())
+            ready, _, _ = select.select([self._signal_r], [], [], timeout)
+            if self._exited.is_set():
+                return
+            if ready:
+                for signum in os.read(self._signal_r, 64):
+                    if signum == signal.SIGINT:
+                        interrupts += 1
+                        if interrupts >= 2:
+                            _exit_now()
+                    if signum in (signal.SIGINT, signal.SIGTERM) and not self._announced_stop:
+                        self._begin_stop(signum)
+                        self._announced_stop = True
+                        self.log.info(
+                            f"{self._stop_signal}: no new work; letting running steps finish "
+                            f"(grace {self.options.grace:g}s)",
+                            running=len(self.running),
+                        )
+                continue
+            if not cancelled:
+                cancelled = True
+                conn = self.conn
+                if self._in_statement and conn is not None:
+                    self.log.warning(
+                        f"the database has not answered for {STUCK_CANCEL_AFTER:g}s past the grace "
+                        "period: cancelling the statement"
+                    )
+                    with contextlib.suppress(Exception):
+                        conn.cancel_safe(timeout=1.0)
+                continue
+            held = len(self.running) + len(self.unsettled)
+            self.log.error(
+                f"the database does not answer: exiting without handing back {held} workflow(s); "
+                "their leases lapse and `wfctl recover` (or another worker's sweep) requeues them"
+            )
+            os._exit(ConnectionFailed.exit_code)
 
     # -- database -----------------------------------------------------------------------------
 
@@ -332,7 +353,6 @@ class Worker:
 
     def _loop(self) -> None:
         while True:
-            self._announce_stop()
             if self._need_beat or time.monotonic() >= self._next_beat:
                 # first: after a pause, a reconnect or a fenced write, learn which leases are
                 # gone before a claimed-ahead workflow is handed to a thread
@@ -613,7 +633,20 @@ class Worker:
             self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
         for _ in self._threads:
             self._work.put(None)
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
         self.log.info(f"worker {self.me.id} stopped")
+
+
+def _exit_now() -> None:
+    """A second interrupt: exit at once (the leases lapse; recovery requeues the runs)."""
+    with contextlib.suppress(OSError):
+        os.write(
+            2,
+            b"wfctl worker: second interrupt: exiting now; unfinished workflows will be "
+            b"recovered once their lease goes stale\n",
+        )
+    os._exit(130)
 
 
 def _release(conn: psycopg.Connection[Any], owner: str, keys: list[Key]) -> list[UUID]:

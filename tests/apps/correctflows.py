@@ -12,21 +12,11 @@ import sys
 import time
 from typing import Any
 
+from testflows import _record, effect
+
 import wfctl
 
 sys.set_int_max_str_digits(0)  # let a step return an integer too long for jsonb's numeric
-
-
-def _record(line: str) -> None:
-    path = os.environ.get("WFCTL_TEST_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-
-
-def effect(wid: str, name: str, value: Any) -> Any:
-    _record(f"{wid} {name}")
-    return value
 
 
 def gated(wid: str, name: str, value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -11,13 +12,14 @@ import psycopg
 import pytest
 from helpers import free_port, with_db
 
+from wfctl import schema
 from wfctl.queries import composed
 
 
 def test_init_installs_then_changes_nothing(cli, empty_dsn, clean_env):
     first = cli("init", "--dsn", empty_dsn)
     assert first.exit_code == 0, first.output
-    assert "installed schema version 1" in first.stderr
+    assert f"installed schema version {schema.latest_version()}" in first.stderr
     assert first.stdout == ""
     config = clean_env / "wfctl.toml"
     assert config.exists() and empty_dsn.split()[0] in config.read_text()
@@ -29,10 +31,9 @@ def test_init_installs_then_changes_nothing(cli, empty_dsn, clean_env):
 def test_init_json(cli, empty_dsn):
     result = cli("init", "--dsn", empty_dsn, "--json")
     assert result.exit_code == 0
-    import json
-
     data = json.loads(result.stdout)
-    assert data["schema_version"] == 1 and data["applied"] == ["0001_initial"]
+    assert data["schema_version"] == schema.latest_version()
+    assert data["applied"] == [f"{m.version:04d}_{m.name}" for m in schema.migrations()]
 
 
 def test_global_options_before_the_command(cli, empty_dsn):
@@ -59,7 +60,47 @@ def test_concurrent_init_processes(empty_dsn, clean_env):
     up_to_date = [err for _out, err in outputs if "up to date" in err]
     assert len(installed) == 1 and len(up_to_date) == 2, outputs
     with psycopg.connect(empty_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations").fetchone()[0] == len(
+            schema.migrations()
+        )
+
+
+INSERT_ORDER = "INSERT INTO workflows (workflow_type) VALUES ('order') RETURNING id"
+
+
+def test_init_upgrades_a_version_1_database(cli, empty_dsn, monkeypatch):
+    """A database installed by a wfctl that knew only migration 1: other commands refuse it and
+    say to run `wfctl init`, which applies the rest and keeps the rows (issue 9, item 9)."""
+    first = schema.migrations()[:1]
+    with monkeypatch.context() as patched, psycopg.connect(empty_dsn, autocommit=True) as conn:
+        patched.setattr(schema, "migrations", lambda: first)
+        assert schema.migrate(conn).after == 1
+        old = conn.execute(INSERT_ORDER).fetchone()[0]
+    latest = schema.latest_version()
+    assert latest >= 2
+
+    refused = cli("list", "--dsn", empty_dsn)
+    assert refused.exit_code == 5
+    assert refused.stderr == (
+        f"wfctl: error: the database schema is version 1, older than this wfctl's {latest}"
+        " (run `wfctl init` to upgrade it)\n"
+    )
+    status = json.loads(cli("db", "status", "--dsn", empty_dsn, "--json").stdout)
+    assert (status["schema_version"], status["schema_latest"]) == (1, latest)
+
+    upgraded = cli("init", "--dsn", empty_dsn)
+    assert upgraded.exit_code == 0, upgraded.output
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in schema.migrations()[1:])
+    assert f"upgraded from version 1 to schema version {latest}" in upgraded.stderr
+    assert f"(applied {names})" in upgraded.stderr and "0001" not in upgraded.stderr
+    assert "up to date" in cli("init", "--dsn", empty_dsn).stderr
+    assert cli("list", "--dsn", empty_dsn).exit_code == 0
+
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        new = conn.execute(INSERT_ORDER).fetchone()[0]
+        retries = dict(conn.execute("SELECT id, max_retries FROM workflows").fetchall())
+    # a row stored before the upgrade keeps the value the old default gave it
+    assert retries == {old: 3, new: None}
 
 
 def test_unreachable_host_is_one_line(cli):
@@ -157,10 +198,8 @@ def test_init_writes_private_config_for_password_dsn(cli, pg_server, empty_dsn, 
 def test_db_status_reports_schema(cli, dsn):
     result = cli("db", "status", "--dsn", dsn, "--json")
     assert result.exit_code == 0, result.output
-    import json
-
     data = json.loads(result.stdout)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == schema.latest_version()
     assert {t["table_name"] for t in data["tables"]} >= {"workflows", "workflow_steps", "workers"}
 
 

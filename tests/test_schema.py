@@ -7,6 +7,7 @@ import threading
 
 import psycopg
 import pytest
+from helpers import wait_for
 
 from wfctl import schema
 from wfctl.errors import SchemaError
@@ -100,7 +101,36 @@ def test_plain_insert_gets_engine_defaults(conn):
     row = conn.execute(
         "SELECT status, attempt, max_retries, lease_epoch, run_at <= now() FROM workflows"
     ).fetchone()
-    assert row == ("pending", 1, 3, 0, True)
+    # max_retries NULL: the type's registered policy, filled in when a worker claims it
+    assert row == ("pending", 1, None, 0, True)
+
+
+def test_plain_insert_runs_under_the_types_retry_policy(workers, dsn, cli):
+    """A workflow submitted by a plain INSERT of the reference columns gets the retry policy its
+    type was registered with ('doomed': max_retries=1), not a column default (issue 9, item 9)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wid = str(
+            conn.execute(
+                "INSERT INTO workflows (workflow_type, input_data) VALUES ('doomed', '{}') RETURNING id"
+            ).fetchone()[0]
+        )
+    pending = cli("show", wid, "--dsn", dsn)
+    assert pending.exit_code == 0, pending.output
+    # no "of N" before a worker claims it: the type's policy is not known yet
+    assert re.search(r"^ attempt +1 *$", pending.stdout, re.MULTILINE), pending.stdout
+
+    def finished() -> tuple | None:
+        workers.run()
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT status, attempt, max_retries FROM workflows WHERE id = %s", (wid,)
+            ).fetchone()
+        return row if row[0] in ("completed", "failed", "cancelled") else None
+
+    assert wait_for(finished, timeout=60, what=f"{wid} to finish") == ("failed", 2, 1)
+    assert [step for w, step in workers.effects() if w == wid] == ["only", "only"]
+    shown = cli("show", wid, "--dsn", dsn)
+    assert re.search(r"^ attempt +2 of 2 *$", shown.stdout, re.MULTILINE), shown.stdout
 
 
 def test_runnable_set_has_partial_index(conn):
@@ -142,7 +172,9 @@ def test_concurrent_migrations_apply_once(empty_dsn):
     assert errors == []
     assert sum(1 for r in results if r.applied) == 1
     with psycopg.connect(empty_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations").fetchone()[0] == len(
+            schema.migrations()
+        )
 
 
 def test_check_refuses_missing_old_and_new(empty_dsn):
@@ -163,8 +195,9 @@ def test_check_refuses_missing_old_and_new(empty_dsn):
 def test_check_refuses_older(empty_dsn, monkeypatch):
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         schema.migrate(conn)
-        monkeypatch.setattr(schema, "latest_version", lambda: 2)
-        with pytest.raises(SchemaError, match=r"version 1, older.*wfctl init"):
+        latest = schema.latest_version()
+        monkeypatch.setattr(schema, "latest_version", lambda: latest + 1)
+        with pytest.raises(SchemaError, match=rf"version {latest}, older.*wfctl init"):
             schema.check(conn)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 
 import psycopg
 import pytest
 
 import wfctl
-from wfctl.client import MAX_INPUT_BYTES
+from wfctl.client import MAX_INPUT_BYTES, Submitted, submit_one
 
 
 def count(dsn: str) -> int:
@@ -164,3 +165,50 @@ def test_python_api_rejects_bad_input(dsn):
     with pytest.raises(wfctl.errors.UsageError, match="cannot be stored: Object of type set"):
         wfctl.submit(dsn, "order", {"s": {1}})
     assert count(dsn) == 0
+
+
+def race_submits(conns: list[psycopg.Connection], key: str) -> list[Submitted]:
+    """Submit ``key`` on every connection at once (one thread each, released together)."""
+    barrier = threading.Barrier(len(conns))
+    results: list[Submitted] = []
+    errors: list[BaseException] = []
+
+    def submit(conn: psycopg.Connection) -> None:
+        try:
+            barrier.wait()
+            results.append(submit_one(conn, "order", "{}", key=key))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return results
+
+
+def test_same_key_at_the_same_moment_is_created_once(dsn):
+    """Of several submits of one key racing each other, exactly one reports that it created the
+    workflow; all get its id (issue 9, item 8)."""
+    rounds = 15
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(8)]
+    try:
+        for round_number in range(rounds):
+            results = race_submits(conns, f"race-{round_number}")
+            assert len(results) == len(conns) and len({r.id for r in results}) == 1
+            created = [r for r in results if r.created]
+            assert len(created) == 1, f"round {round_number}: {len(created)} submits reported 'created'"
+    finally:
+        for c in conns:
+            c.close()
+    assert count(dsn) == rounds
+
+
+def test_second_submit_in_the_same_transaction_is_not_created(dsn):
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        first = submit_one(conn, "order", "{}", key="tx-key")
+        second = submit_one(conn, "order", '{"other": 1}', key="tx-key")
+    assert first.created and not second.created and first.id == second.id
+    assert count(dsn) == 1

@@ -15,9 +15,11 @@ import psycopg
 from wfctl import jsonvalue
 from wfctl.connection import connect
 from wfctl.durations import parse_duration
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidState, UsageError
 from wfctl.queries import q
 from wfctl.registry import MAX_TYPE_LENGTH
+
+SUBMIT_TRIES = 5  # insert-or-find rounds for one idempotency key before giving up
 
 #: Largest input accepted, in bytes of JSON (documented in the README). Postgres would take far
 #: more; a workflow input this big is almost always a mistake (pass a reference instead).
@@ -123,23 +125,30 @@ def submit_one(
     check_int(max_retries, "max_retries", minimum=0)
     if input_json is not None:
         check_input_size(input_json)
+    params = {
+        "workflow_type": workflow_type,
+        "input": input_json,
+        "key": key,
+        "delay": _delay(delay),
+        "priority": priority,
+        "max_retries": max_retries,
+    }
     with _connection(conn_or_dsn) as conn:
-        existed = None
-        if key is not None:
-            existed = conn.execute(q("client.submit_existing"), {"key": key}).fetchone()
-        row = conn.execute(
-            q("client.submit"),
-            {
-                "workflow_type": workflow_type,
-                "input": input_json,
-                "key": key,
-                "delay": _delay(delay),
-                "priority": priority,
-                "max_retries": max_retries,
-            },
-        ).fetchone()
-        assert row is not None
-        return Submitted(id=row[0], created=existed is None or existed[0] != row[0])
+        for _ in range(SUBMIT_TRIES):
+            row = conn.execute(q("client.submit"), params).fetchone()
+            if row is not None:
+                return Submitted(id=row[0], created=True)
+            # the key was used before (perhaps by a submit committed a moment ago)
+            row = conn.execute(q("client.submit_existing"), {"key": key}).fetchone()
+            if row is not None:
+                return Submitted(id=row[0], created=False)
+            # the conflicting workflow was deleted (pruned) between the two statements: again
+        # the key conflicts with a row this transaction's snapshot cannot see (a REPEATABLE READ
+        # or SERIALIZABLE transaction that began before that workflow was committed)
+        raise InvalidState(
+            f"idempotency key {key!r} belongs to a workflow this transaction cannot see yet "
+            "(its snapshot is older); submit again in a new transaction"
+        )
 
 
 def submit_many(

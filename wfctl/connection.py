@@ -196,7 +196,7 @@ def target_dsn(target: Target, *, notice: Notice | None = None) -> str:
     from wfctl.embedded import EmbeddedServer
 
     assert target.data_dir is not None
-    server = EmbeddedServer(target.data_dir)
+    server = EmbeddedServer(target.data_dir, notice=notice)
     started = server.ensure_running()
     if started and notice is not None:
         notice(

@@ -5,7 +5,10 @@ It listens only on a Unix socket (no TCP port to collide with), trusts local con
 socket directory is private to the server's user), and is shared by every wfctl process of the
 project. Starting is serialised with a file lock, so two commands starting it at once are safe.
 When wfctl runs as root, the server runs as the unprivileged user ``wfctlpg`` (PostgreSQL refuses
-to run as root), which is created on first use.
+to run as root), which is created on first use; to let that user reach its data and the bundled
+binaries, wfctl may add the "others may traverse" bit to their ancestor directories and make the
+binaries readable by all users. Each change is reported through ``notice`` when it is made, so
+it is said once (the next start finds nothing to change).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import importlib.util
 import os
 import pwd
 import shlex
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +38,14 @@ DATABASE = "wfctl"
 SUPERUSER = "postgres"
 PORT = 5432
 _SOCKET_MAX = 100  # sun_path is 108 bytes on Linux; keep a margin
+
+#: Where a change wfctl makes to the system (as root) is reported: one line, said when it is made.
+Notice = Callable[[str], None]
+ROOT_PREFIX = "running as root: "
+
+
+def _silent(_message: str) -> None:
+    pass
 
 
 def bin_dir() -> Path:
@@ -59,17 +71,30 @@ class ServerStatus:
     data_dir: Path
     socket_dir: Path
     dsn: str
+    user: str  # the operating-system user the server runs (or would run) as
 
 
 class EmbeddedServer:
     """One embedded server, identified by its home directory (``.wfctl`` of a project)."""
 
-    def __init__(self, home: Path, *, settings: Mapping[str, str] | None = None, port: int = PORT) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        settings: Mapping[str, str] | None = None,
+        port: int = PORT,
+        notice: Notice | None = None,
+    ) -> None:
         self.home = Path(home).absolute()
         self.port = port
         self.pgdata = self.home / "pgdata"
         self.log_file = self.pgdata / "server.log"
         self.settings = dict(settings or {})
+        self._notice = notice or _silent
+
+    def _said(self, message: str) -> None:
+        """Report a change made to the system as root (the only changes reported this way)."""
+        self._notice(ROOT_PREFIX + message)
 
     # -- where things are ------------------------------------------------------------------
 
@@ -144,7 +169,23 @@ class EmbeddedServer:
             data_dir=self.pgdata,
             socket_dir=self.socket_dir,
             dsn=self.dsn(),
+            user=self.server_user(),
         )
+
+    def server_user(self) -> str:
+        """The operating-system user the server runs as: the owner of its data directory (which
+        PostgreSQL insists on), or before the first start the one it will run as."""
+        try:
+            uid = self.pgdata.stat().st_uid
+        except OSError:
+            planned = self._run_as()
+            if planned is not None:
+                return planned
+            uid = os.geteuid()
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -166,15 +207,15 @@ class EmbeddedServer:
         user = self._run_as()
         if user is None:
             return {}
-        entry = _ensure_user(user)
+        entry = _ensure_user(user, self._said)
         return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
     def _initdb(self) -> None:
         if (self.pgdata / "PG_VERSION").exists():
-            self._prepare_permissions()
+            self._prepare_permissions(existing=True)
             return
         self.pgdata.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._prepare_permissions()
+        self._prepare_permissions(existing=False)
         result = self._exec(
             "initdb",
             "-D",
@@ -189,19 +230,27 @@ class EmbeddedServer:
         if result.returncode != 0:
             raise ServerError(f"initdb failed for {self.pgdata}: {_tail(result)}")
 
-    def _prepare_permissions(self) -> None:
-        """As root: make sure the server user exists, owns pgdata and can reach the binaries."""
+    def _prepare_permissions(self, *, existing: bool) -> None:
+        """As root: make sure the server user exists, owns pgdata and can reach the binaries.
+        Every change to what was there before is said (a data directory wfctl has just created
+        for the server is not news)."""
         user = self._run_as()
         if user is None:
             return
-        entry = _ensure_user(user)
+        entry = _ensure_user(user, self._said)
         for path in (self.pgdata, bin_dir()):
-            _allow_traversal(path)
+            _allow_traversal(path, user, self._said)
+        owner = self.pgdata.stat().st_uid
+        if existing and owner != entry.pw_uid:
+            self._said(
+                f"changed the owner of {self.pgdata} and everything in it from {_user_name(owner)!r} "
+                f"to {user!r}"
+            )
         os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
         for root, dirs, files in os.walk(self.pgdata):
             for name in dirs + files:
                 os.lchown(os.path.join(root, name), entry.pw_uid, entry.pw_gid)
-        _make_readable(bin_dir().parent)
+        _make_readable(bin_dir().parent, user, self._said)
 
     def _start(self) -> None:
         socket_dir = self.socket_dir
@@ -273,7 +322,14 @@ def _tail(result: subprocess.CompletedProcess[str]) -> str:
     return lines[-1].strip() if lines else f"exit status {result.returncode}"
 
 
-def _ensure_user(name: str) -> pwd.struct_passwd:
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _ensure_user(name: str, notice: Notice = _silent) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -284,30 +340,51 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
         text=True,
     )
     try:
-        return pwd.getpwnam(name)
+        entry = pwd.getpwnam(name)
     except KeyError:
         raise ServerError(
             f"could not create the user {name!r} the embedded server runs as: {result.stderr.strip()}"
         ) from None
+    notice(
+        f"created the system user {name!r} (uid {entry.pw_uid}) for the embedded PostgreSQL to run as "
+        "(PostgreSQL refuses to run as root)"
+    )
+    return entry
 
 
-def _allow_traversal(path: Path) -> None:
-    """Give 'others' search (x) permission on every ancestor, so the server user can reach path."""
-    for parent in path.absolute().parents:
-        mode = parent.stat().st_mode
+def _allow_traversal(path: Path, user: str, notice: Notice = _silent) -> None:
+    """Give 'others' search (x) permission on every ancestor, so ``user`` can reach path; say
+    which directory changed, from which mode to which."""
+    for parent in reversed(path.absolute().parents):
+        mode = stat.S_IMODE(parent.stat().st_mode)
         if not mode & 0o001:
             parent.chmod(mode | 0o001)
+            notice(
+                f"added the 'others may traverse' bit to {parent} (mode {mode:04o} -> {mode | 0o001:04o}) "
+                f"so that the user {user!r} can reach {path}"
+            )
 
 
-def _make_readable(root: Path) -> None:
-    """The binaries and libraries must be readable (and executable) by the server user."""
+def _make_readable(root: Path, user: str, notice: Notice = _silent) -> None:
+    """The binaries and libraries must be readable (and executable) by the server user; say how
+    many files and directories had to change (none, once they have)."""
+    changed = 0
     for directory, _dirs, files in os.walk(root):
-        dmode = os.stat(directory).st_mode
+        dmode = stat.S_IMODE(os.stat(directory).st_mode)
         if dmode & 0o005 != 0o005:
             os.chmod(directory, dmode | 0o005)
+            changed += 1
         for name in files:
             path = os.path.join(directory, name)
-            mode = os.lstat(path).st_mode
+            if os.path.islink(path):
+                continue
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
             want = mode | 0o004 | (0o001 if mode & 0o100 else 0)
-            if want != mode and not os.path.islink(path):
+            if want != mode:
                 os.chmod(path, want)
+                changed += 1
+    if changed:
+        notice(
+            f"made the files under {root} readable by all users ({changed} changed) "
+            f"so that the user {user!r} can run PostgreSQL"
+        )

@@ -1,12 +1,19 @@
 -- Submitting workflows (wfctl/client.py). Other languages call wfctl_submit() or INSERT directly.
 
 -- name: submit
--- One workflow; with a key, the existing id when the key was used before.
-SELECT wfctl_submit(%(workflow_type)s, %(input)s::jsonb, %(key)s, %(delay)s::interval,
-                    %(priority)s, %(max_retries)s) AS id;
+-- One workflow; with a key that was used before, nothing is stored and no row comes back (then
+-- submit_existing finds the workflow). The insert itself says whether this call created the
+-- workflow, so of several submits of one key at the same moment exactly one reports "created":
+-- the others wait for its commit and then do nothing. The same insert as wfctl_submit().
+INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries)
+VALUES (%(workflow_type)s, %(input)s::jsonb, %(key)s,
+        now() + coalesce(%(delay)s::interval, interval '0'), coalesce(%(priority)s, 0),
+        %(max_retries)s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
 
 -- name: submit_existing
--- Was this idempotency key used already? (to tell the user their submit was a repeat)
+-- The workflow an idempotency key was used for (after submit stored nothing).
 SELECT id FROM workflows WHERE idempotency_key = %(key)s;
 
 -- name: submit_many

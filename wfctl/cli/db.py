@@ -22,7 +22,7 @@ def _embedded(session: Session) -> EmbeddedServer:
             f"the configured database ({mask_dsn(target.dsn)}, from {target.source}) "
             "is not the embedded server"
         )
-    return EmbeddedServer(target.data_dir)
+    return EmbeddedServer(target.data_dir, notice=render.notice)
 
 
 @app.command()
@@ -35,7 +35,12 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         server = _embedded(session)
         st = server.status()
         info.update(
-            running=st.running, pid=st.pid, postgres=st.version, data_dir=str(st.data_dir), dsn=st.dsn
+            running=st.running,
+            pid=st.pid,
+            server_user=st.user,
+            postgres=st.version,
+            data_dir=str(st.data_dir),
+            dsn=st.dsn,
         )
         if not st.running:
             _report(session, info, [])

@@ -124,9 +124,7 @@ s AS (
     RETURNING ws.workflow_id, ws.lease_epoch
 )
 SELECT r.id, r.epoch,
-       CASE WHEN w.id IS NOT NULL THEN
-                r.step IS NULL
-                OR EXISTS (SELECT 1 FROM s WHERE s.workflow_id = r.id AND s.lease_epoch = r.epoch)
+       CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
             ELSE
                 -- not written now: already applied by an earlier send of the same request?
                 -- (this reads the workflow as it was before this statement)
@@ -142,7 +140,8 @@ SELECT r.id, r.epoch,
                           END)
        END AS stored
 FROM r
-LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch;
+LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
+LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch;
 
 -- name: heartbeat
 -- One statement per beat: register/refresh the worker row, and touch updated_at of the

@@ -150,6 +150,28 @@ def stored_one(ctx: Ctx, before: dict[str, object], after: dict[str, object]) ->
     assert counts[0] == counts[1] + 1
 
 
+def stored_inputs(*expected: object) -> Check:
+    """Exactly these inputs were stored, and nothing else changed."""
+
+    def check(ctx: Ctx, before: dict[str, object], after: dict[str, object]) -> None:
+        with psycopg.connect(ctx.dsn) as conn:
+            new = conn.execute(
+                "SELECT input_data FROM workflows WHERE NOT (id = ANY(%s::uuid[])) ORDER BY created_at, id",
+                (list(ctx.ids.values()),),
+            ).fetchall()
+        assert sorted(json.dumps(r[0]) for r in new) == sorted(json.dumps(e) for e in expected)
+        for table in ("workflow_steps", "workers", "wfctl_schema_migrations"):
+            assert after["tables"][table] == before["tables"][table], table  # type: ignore[index]
+
+    return check
+
+
+def no_embedded_server(ctx: Ctx, before: dict[str, object], after: dict[str, object]) -> None:
+    """Unchanged, and no embedded server was started (nothing fell back to it)."""
+    unchanged(ctx, before, after)
+    assert not (ctx.project / ".wfctl").exists(), "the embedded server was started"
+
+
 @dataclass
 class Row:
     name: str
@@ -181,6 +203,23 @@ def make_dir(name: str) -> Setup:
     return lambda ctx: (ctx.project / name).mkdir()
 
 
+def symlink(name: str, target: str) -> Setup:
+    return lambda ctx: (ctx.project / name).symlink_to(target)
+
+
+def deep_workflow(ctx: Ctx) -> None:
+    """A workflow stored by SQL with an input nested 5,000 deep and an output holding an integer
+    of 5,000 digits: more than Python's json reads; `show` must still draw it."""
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        wid = conn.execute(
+            "INSERT INTO workflows (workflow_type, input_data, output_data)"
+            " VALUES ('three', %s::jsonb, %s::jsonb) RETURNING id",
+            ("[" * 5000 + "]" * 5000, '{"n": ' + "7" * 5000 + "}"),
+        ).fetchone()[0]
+    ctx.ids["deep"] = str(wid)
+    ctx.subs["<deep>"] = str(wid)
+
+
 def newer_schema(ctx: Ctx) -> None:
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future')")
@@ -197,6 +236,15 @@ assert len(EXACT.encode()) == MAX_INPUT_BYTES
 NO_SCHEMA = "this database has no wfctl schema (run `wfctl init` to install it)"
 NOT_UUID = "not a UUID"
 BAD_DURATION = "use a number and a unit, such as 30s, 5m, 24h or 7d"
+NON_ASCII = json.dumps("é" * 300_000, ensure_ascii=False)  # 600,002 bytes; escaped it was 1.8 MB
+NON_ASCII_OVER = json.dumps("é" * (MAX_INPUT_BYTES // 2), ensure_ascii=False)  # 1,000,002 bytes
+DEEP_1000 = "[" * 1000 + "]" * 1000
+DEEP_501 = "[" * 501 + "]" * 501
+DEEP_500 = "[" * 500 + "]" * 500
+LONG_INT = "1" * 4301
+BOM = b"\xef\xbb\xbf"
+# line separators of str.splitlines() inside JSON strings: text, not line ends
+SEPARATORS = {"s": "a\u2028b\u2029c\u0085d"}
 HUGE = "99999999999d"  # more days than a timedelta holds
 MAX_TIMEDELTA = "999999999d"  # the largest timedelta: past PostgreSQL's timestamps when added to now()
 
@@ -221,12 +269,13 @@ def duration_rows() -> list[Row]:
             ("word", "soon"),
             ("huge", HUGE),
             ("max", MAX_TIMEDELTA),
+            ("tiny", "0.0000001s"),  # issue 10 item 14: below the minimum of 1ms (1s for --stale)
         ):
             rows.append(
                 Row(f"{command}-{option[2:]}-{label}", (*args, *extra, option, value, *D), fragment, 2)
             )
     for option in ("--heartbeat", "--grace", "--poll"):
-        for label, value in (("unitless", "10"), ("negative", "-1s"), ("huge", HUGE)):
+        for label, value in (("unitless", "10"), ("negative", "-1s"), ("huge", HUGE), ("tiny", "0.0001s")):
             rows.append(
                 Row(
                     f"worker-{option[2:]}-{label}",
@@ -237,6 +286,13 @@ def duration_rows() -> list[Row]:
                     cwd="apps",
                 )
             )
+    for command, args in (("recover", ("recover",)), ("stats", ("stats",)), ("workers", ("workers",))):
+        rows.append(
+            Row(f"{command}-stale-under-a-second", (*args, "--stale", "999ms", *D), "minimum of 1s", 2)
+        )
+    rows.append(
+        Row("submit-delay-under-1ms", ("submit", "three", "{}", "--delay", "0.5ms", *D), "minimum of 1ms", 2)
+    )
     for command, args, option in (
         ("recover", ("recover",), "--stale"),
         ("prune", ("prune",), "--older-than"),
@@ -423,6 +479,125 @@ ROWS: list[Row] = [
     Row(
         "retry-from-step-zero", ("retry", "<failed>", "--from-step", "0", *D), "--from-step counts from 1", 2
     ),
+    # -- issue 10: input as the user gave it, and hostile input --
+    Row(
+        "input-non-ascii-counts-user-bytes",  # item 13: 600 KB of UTF-8, 1.8 MB once escaped
+        ("submit", "three", NON_ASCII, *D),
+        "",
+        0,
+        check=stored_inputs("é" * 300_000),
+    ),
+    Row(
+        "input-non-ascii-over-limit",
+        ("submit", "three", NON_ASCII_OVER, *D),
+        f"is {len(NON_ASCII_OVER.encode())} bytes, over the limit of {MAX_INPUT_BYTES} bytes",
+        2,
+    ),
+    Row(
+        "jsonl-non-ascii-counts-user-bytes",
+        ("submit", "three", "--input-file", "in.jsonl", *D),
+        "",
+        0,
+        setup=write("in.jsonl", (NON_ASCII + "\n").encode()),
+        check=stored_inputs("é" * 300_000),
+    ),
+    Row(
+        "jsonl-dev-zero",  # item 16: read a line at a time, never more than the limit
+        ("submit", "three", "--input-file", "/dev/zero", *D),
+        f"/dev/zero line 1 is more than {MAX_INPUT_BYTES} bytes, over the limit",
+        2,
+    ),
+    Row(
+        "jsonl-long-line-without-newline",
+        ("submit", "three", "--input-file", "long.jsonl", *D),
+        f"long.jsonl line 2 is more than {MAX_INPUT_BYTES} bytes, over the limit",
+        2,
+        setup=write("long.jsonl", b'{"n": 1}\n"' + b"x" * (2 * MAX_INPUT_BYTES)),
+    ),
+    Row(
+        "jsonl-stdin-long-line",
+        ("submit", "three", "--input-file", "-", *D),
+        "stdin line 1 is more than",
+        2,
+        stdin="x" * (MAX_INPUT_BYTES + 10),
+    ),
+    Row(
+        "jsonl-line-separators-inside-strings",  # item 18: lines end at LF only
+        ("submit", "three", "--input-file", "sep.jsonl", *D),
+        "",
+        0,
+        setup=write("sep.jsonl", (json.dumps(SEPARATORS, ensure_ascii=False) + "\n").encode()),
+        check=stored_inputs(SEPARATORS),
+    ),
+    Row(
+        "jsonl-bom-is-skipped",
+        ("submit", "three", "--input-file", "bom.jsonl", *D),
+        "",
+        0,
+        setup=write("bom.jsonl", BOM + b'{"n": 1}\r\n{"n": 2}\r\n'),
+        check=stored_inputs({"n": 1}, {"n": 2}),
+    ),
+    Row(
+        "jsonl-bom-inside-is-malformed",
+        ("submit", "three", "--input-file", "bom.jsonl", *D),
+        "line 2: malformed JSON",
+        2,
+        setup=write("bom.jsonl", b'{"n": 1}\n' + BOM + b'{"n": 2}\n'),
+    ),
+    Row("type-not-utf8", ("submit", "ab\udcff", "{}", "--force", *D), "workflow type is not valid UTF-8", 2),
+    Row(
+        "type-not-utf8-real-argv",
+        ("submit", "ab\udcff", "{}", "--force", *D),
+        "workflow type is not valid UTF-8 (byte 0xff at byte 2)",
+        2,
+        process=True,
+    ),
+    Row(
+        "key-not-utf8",
+        ("submit", "three", "{}", "--key", "k\udcff", *D),
+        "idempotency key is not valid UTF-8",
+        2,
+    ),
+    Row("json-not-utf8", ("submit", "three", '"\udcff"', *D), "JSON input is not valid UTF-8", 2),
+    Row("list-type-not-utf8", ("list", "--type", "t\udcff", *D), "--type is not valid UTF-8", 2),
+    Row("stats-type-not-utf8", ("stats", "--type", "t\udcff", *D), "--type is not valid UTF-8", 2),
+    Row(
+        "cancel-reason-not-utf8",
+        ("cancel", "<pending>", "--reason", "\udcff", *D),
+        "--reason is not valid UTF-8",
+        2,
+    ),
+    Row("dsn-not-utf8", ("stats", "--dsn", "host=\udcff"), "invalid DSN: it is not valid UTF-8", 3),
+    Row(
+        "pghost-not-utf8",
+        ("stats",),
+        "cannot connect to \\udcff",
+        3,
+        env={"PGHOST": "\udcff"},
+        check=no_embedded_server,
+    ),
+    Row("json-nested-1000", ("submit", "three", DEEP_1000, *D), "nested more than 500 levels deep", 2),
+    Row("json-nested-501", ("submit", "three", DEEP_501, *D), "nested more than 500 levels deep", 2),
+    Row("json-nested-500-is-accepted", ("submit", "three", DEEP_500, *D), "", 0, check=stored_one),
+    Row(
+        "jsonl-nested-1000",
+        ("submit", "three", "--input-file", "deep.jsonl", *D),
+        "deep.jsonl line 2 is nested more than 500 levels deep",
+        2,
+        setup=write("deep.jsonl", '{"n": 1}\n' + DEEP_1000 + "\n"),
+    ),
+    Row("json-int-over-4300-digits", ("submit", "three", LONG_INT, *D), "more than 4300 digits", 2),
+    Row(
+        "jsonl-int-over-4300-digits",
+        ("submit", "three", "--input-file", "-", *D),
+        "stdin line 1 holds an integer of more than 4300 digits",
+        2,
+        stdin='{"n": ' + LONG_INT + "}\n",
+    ),
+    Row("show-deep-input-stored-by-sql", ("show", "<deep>", *D), "", 0, setup=deep_workflow),
+    Row("show-deep-input-stored-by-sql-json", ("show", "<deep>", "--json", *D), "", 0, setup=deep_workflow),
+    Row("list-limit-1e20", ("list", "--limit", "100000000000000000000", *D), "'--limit'", 2),
+    Row("list-limit-1e20-literal", ("list", "--limit", "1e20", *D), "'--limit'", 2),
     Row("list-status-bogus", ("list", "--status", "bogus", *D), "invalid status 'bogus'", 2),
     Row("list-limit-zero", ("list", "--limit", "0", *D), "'--limit'", 2),
     Row(
@@ -555,8 +730,97 @@ ROWS: list[Row] = [
         cwd="apps",
         setup=write("wfctl.toml", '[worker]\napp = "testflows"\nheartbeat = "10"\n'),
     ),
+    Row(
+        "toml-worker-types-not-strings",  # issue 10 item 17
+        ("stats", *D),
+        "[worker] types must be a list of strings, not [1, 2]",
+        3,
+        setup=write("wfctl.toml", "[worker]\ntypes = [1, 2]\n"),
+    ),
+    Row(
+        "toml-worker-types-not-strings-worker",
+        ("worker", "--config", "<project>/wfctl.toml", "--burst", *D),
+        "[worker] types must be a list of strings",
+        3,
+        process=True,
+        cwd="apps",
+        setup=write("wfctl.toml", '[worker]\napp = "testflows"\ntypes = [1, 2]\n'),
+    ),
+    Row("config-dev-zero", ("stats", "--config", "/dev/zero", *D), "bigger than 1000000 bytes", 3),
+    Row(
+        "toml-embedded-false",  # issue 10 item 19: never fall back to the embedded server
+        ("stats",),
+        "embedded = false, and no database is configured",
+        3,
+        setup=write("wfctl.toml", "[database]\nembedded = false\n"),
+        check=no_embedded_server,
+    ),
+    Row(
+        "toml-dsn-empty",
+        ("stats",),
+        "[database] dsn is empty",
+        3,
+        setup=write("wfctl.toml", '[database]\ndsn = ""\n'),
+        check=no_embedded_server,
+    ),
+    Row("dsn-option-empty", ("stats", "--dsn", ""), "--dsn is empty", 2, check=no_embedded_server),
+    Row("dsn-option-empty-first", ("--dsn", "", "list"), "--dsn is empty", 2, check=no_embedded_server),
+    Row(
+        "dsn-option-empty-overrides-first",
+        ("--dsn", "<dsn>", "list", "--dsn", " "),
+        "--dsn is empty",
+        2,
+        check=no_embedded_server,
+    ),
+    Row(
+        "dsn-env-empty",
+        ("stats",),
+        "WFCTL_DSN is set but empty",
+        3,
+        env={"WFCTL_DSN": ""},
+        check=no_embedded_server,
+    ),
+    Row(
+        "toml-dangling-symlink",
+        ("stats",),
+        "is a symlink to missing.toml, which does not exist",
+        3,
+        setup=symlink("wfctl.toml", "missing.toml"),
+        check=no_embedded_server,
+    ),
+    Row(
+        "toml-dangling-symlink-init",
+        ("init",),
+        "is a symlink to missing.toml, which does not exist",
+        3,
+        setup=symlink("wfctl.toml", "missing.toml"),
+        check=no_embedded_server,
+    ),
     Row("dsn-unknown-option", ("stats", "--dsn", "hots=localhost"), 'invalid connection option "hots"', 3),
     Row("dsn-env-bad-syntax", ("stats",), "invalid DSN", 3, env={"WFCTL_DSN": "host=h dbname"}),
+    # -- issue 10 item 7: every secret key is a password --
+    Row(
+        "sslpassword-bad-dsn-syntax",
+        ("stats", "--dsn", f"host=h sslpassword={PASSWORD[:6]} {PASSWORD[6:]}"),
+        "invalid DSN",
+        3,
+        secrets=(PASSWORD[:6], PASSWORD[6:]),
+    ),
+    Row(
+        "sslpassword-unreachable-debug",
+        ("--debug", "stats", "--dsn", "<unreachable-sslpw>"),
+        "cannot connect",
+        4,
+        secrets=(PASSWORD,),
+    ),
+    Row("sslpassword-db-url", ("db", "url", "--dsn", "<unreachable-sslpw>"), "", 0, secrets=(PASSWORD,)),
+    Row(
+        "sslpassword-db-status-json",
+        ("db", "status", "--json", "--dsn", "<dsn-sslpw>"),
+        "",
+        0,
+        secrets=(PASSWORD,),
+    ),
     # -- passwords: never echoed --
     Row(
         "password-bad-dsn-syntax",
@@ -695,6 +959,8 @@ def test_bad_input(row: Row, request, cli, run_wfctl, clean_env, pg_server, wron
         "<unreachable>": unreachable(),
         "<unreachable-pw>": f"host=127.0.0.1 port={port} user=bob password={PASSWORD} dbname=x",
         "<unreachable-url>": f"postgresql://bob:{PASSWORD}@127.0.0.1:{port}/x",
+        "<unreachable-sslpw>": f"host=127.0.0.1 port={port} user=bob sslpassword={PASSWORD} dbname=x",
+        "<dsn-sslpw>": f"{dsn} sslpassword={PASSWORD}",
         "<nodb>": with_db(dsn, "wfctl_no_such_database_xyz"),
         **{f"<{status}>": wid for status, wid in ctx.ids.items()},
     }

@@ -11,6 +11,7 @@ from report_rows import db_now, step, worker, workflow
 
 from wfctl import reports
 from wfctl.errors import NotFound, UsageError
+from wfctl.prometheus import label_translation
 
 DAY = timedelta(hours=24)
 STALE = timedelta(minutes=5)
@@ -23,8 +24,10 @@ def by_type(rows: list[dict]) -> dict[str, dict]:
 def test_success_rate_counts_statuses_in_the_window(conn):
     now = db_now(conn)
     for seconds in (10, 20, 30, 40):
-        workflow(conn, now, status="completed", run=timedelta(seconds=seconds))
-    workflow(conn, now, status="failed", run=timedelta(seconds=100))
+        done = workflow(conn, now, status="completed", run=timedelta(seconds=seconds))
+        step(conn, done, 1, "work", start=now - timedelta(minutes=59), seconds=seconds)
+    failed = workflow(conn, now, status="failed", run=timedelta(seconds=100))
+    step(conn, failed, 1, "work", start=now - timedelta(minutes=59), seconds=100, status="failed")
     workflow(conn, now, status="running")
     workflow(conn, now, status="pending")
     workflow(conn, now, status="cancelled", run=None)
@@ -37,7 +40,7 @@ def test_success_rate_counts_statuses_in_the_window(conn):
     assert (order["total"], order["completed"], order["failed"]) == (8, 4, 1)
     assert (order["running"], order["pending"], order["cancelled"]) == (1, 1, 1)
     assert order["success_pct"] == Decimal("50.0")
-    # finished runs with a start: 10, 20, 30, 40 and 100 seconds
+    # finished runs with a start, by the time in their steps: 10, 20, 30, 40 and 100 seconds
     assert order["p50_seconds"] == Decimal("30.000")
     assert order["p95_seconds"] == Decimal("88.000")
     assert rates["email"]["success_pct"] == Decimal("0.0")
@@ -149,7 +152,7 @@ def test_list_is_newest_first_with_filters(conn):
     recent = reports.list_workflows(conn, since=timedelta(minutes=25))
     assert [r["id"] for r in recent] == [email, failed, ids[4], ids[3]]
     assert rows[1]["error_message"] == "boom\nsecond line"
-    assert rows[2]["duration_seconds"] == Decimal("10.000")
+    assert rows[2]["duration_seconds"] is None  # no step stored: no duration
     assert rows[0]["duration_seconds"] is None  # pending: never started
 
 
@@ -192,7 +195,8 @@ def test_show_returns_the_row_and_the_step_timeline(conn):
     assert detail.workflow["id"] == wid and detail.workflow["status"] == "failed"
     assert detail.workflow["input_data"] == {"amount": 12}
     assert detail.workflow["error_message"] == "card declined"
-    assert detail.workflow["duration_seconds"] == Decimal("9.000")
+    assert detail.workflow["duration_seconds"] == Decimal("8.000")  # in its steps: 2 + 6
+    assert detail.workflow["elapsed_seconds"] == Decimal("9.000")  # first claim to finish
     assert [s["step_number"] for s in detail.steps] == [1, 2]
     first, second = detail.steps
     assert (first["offset_seconds"], first["duration_seconds"]) == (Decimal("0.500"), Decimal("2.000"))
@@ -274,6 +278,16 @@ def plan_indexes(conn, name: str, params: dict) -> set[str]:
             "reports.slow_steps",
             {"since": DAY, "workflow_type": None},
             {"workflow_steps_started_idx"},  # the steps side: a time range, not a probe per workflow
+        ),
+        (
+            "reports.success_rate",
+            {"since": DAY, "workflow_type": None},
+            {"workflows_created_idx", "workflow_steps_started_idx"},
+        ),
+        (
+            "reports.step_metrics",
+            {"since": DAY, **label_translation()},
+            {"workflow_steps_started_idx"},
         ),
         ("reports.stuck", {"stale": STALE, "workflow_type": None}, {"workflows_running_owner_idx"}),
         (

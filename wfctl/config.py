@@ -16,10 +16,12 @@ from typing import Any
 
 import tomli_w
 
-from wfctl.errors import ConfigError
+from wfctl.errors import ConfigError, UsageError
 
 DEFAULT_CONFIG_NAME = "wfctl.toml"
 DEFAULT_DATA_DIR = ".wfctl"
+#: A config file is a few lines; anything bigger is the wrong file (or /dev/zero).
+MAX_CONFIG_BYTES = 1_000_000
 
 #: libpq environment variables that, when set, mean "the user configured a server through libpq".
 LIBPQ_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
@@ -39,6 +41,9 @@ SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     },
 }
 
+
+#: The type of the items of each list key.
+LIST_ITEMS: dict[tuple[str, str], type] = {("worker", "types"): str}
 
 _KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}
 
@@ -86,17 +91,32 @@ def config_path(option: str | os.PathLike[str] | None) -> tuple[Path, bool]:
 
 def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Config:
     """Read and validate the config file. A file the user named must exist (unless ``must_exist``
-    is false, as for ``wfctl init``, which writes it)."""
+    is false, as for ``wfctl init``, which writes it). A symlink to nothing is not "no file": it
+    is an error, as is a file bigger than MAX_CONFIG_BYTES (read no further than that)."""
     path, explicit = config_path(option)
     path = path.absolute()
-    if not path.exists():
-        if explicit and must_exist:
-            raise ConfigError(f"config file {path} does not exist")
-        return Config(path=path, exists=False, explicit=explicit)
     try:
-        raw = path.read_bytes()
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise ConfigError(
+                f"config file {path} is a symlink to {os.readlink(path)}, which does not exist"
+            ) from None
+        if explicit and must_exist:
+            raise ConfigError(f"config file {path} does not exist") from None
+        return Config(path=path, exists=False, explicit=explicit)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    with handle:
+        try:
+            info = os.fstat(handle.fileno())
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config file {path} is bigger than {MAX_CONFIG_BYTES} bytes: is it the right file?"
+        )
     try:
         parsed = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -106,7 +126,7 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
     data = _validate(parsed, path)
     warnings: list[str] = []
     dsn = data.get("database", {}).get("dsn")
-    if dsn and _has_password(dsn) and path.stat().st_mode & (stat.S_IRGRP | stat.S_IROTH):
+    if dsn and _has_secret(dsn) and info.st_mode & (stat.S_IRGRP | stat.S_IROTH):
         warnings.append(f"{path} holds a password and is readable by other users: run `chmod 600 {path}`")
     return Config(path=path, exists=True, explicit=explicit, data=data, warnings=tuple(warnings))
 
@@ -127,14 +147,18 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 kind = _KINDS.get(expected, "value") if isinstance(expected, type) else "value"
                 raise ConfigError(f"{path}: [{table}] {key} must be {kind}, not {value!r}")
+            item = LIST_ITEMS.get((table, key))
+            if item is not None and not all(isinstance(v, item) for v in value):
+                kind = _KINDS.get(item, "value").split(" ", 1)[-1]
+                raise ConfigError(f"{path}: [{table}] {key} must be a list of {kind}s, not {value!r}")
         out[table] = dict(values)
     return out
 
 
-def _has_password(dsn: str) -> bool:
-    from wfctl.connection import dsn_password  # local import: connection imports config
+def _has_secret(dsn: str) -> bool:
+    from wfctl.connection import has_secret  # local import: connection imports config
 
-    return dsn_password(dsn) is not None
+    return has_secret(dsn)
 
 
 def embedded_data_dir(config: Config) -> Path:
@@ -150,26 +174,42 @@ def embedded_data_dir(config: Config) -> Path:
 
 
 def resolve_target(dsn_option: str | None, config: Config) -> Target:
-    """Apply the precedence of DESIGN.md §5 and say where the answer came from."""
-    if dsn_option:
+    """Apply the precedence of DESIGN.md §5 and say where the answer came from. Something that
+    names a database but is empty (``--dsn ""``, ``WFCTL_DSN=``, ``dsn = ""``) is an error, as
+    is ``embedded = false`` with nothing else configured: none of them falls back to the
+    embedded server."""
+    if dsn_option is not None:
+        if not dsn_option.strip():
+            raise UsageError("--dsn is empty: give a DSN (such as 'host=db1 dbname=app'), or leave --dsn out")
         return Target(dsn=dsn_option, source="--dsn")
     env = os.environ.get("WFCTL_DSN")
-    if env:
+    if env is not None:
+        if not env.strip():
+            raise ConfigError("WFCTL_DSN is set but empty: set it to a DSN, or unset it (`unset WFCTL_DSN`)")
         return Target(dsn=env, source="WFCTL_DSN")
     database = config.data.get("database", {})
-    if database.get("dsn"):
+    dsn = database.get("dsn")
+    if dsn is not None:
+        if not dsn.strip():
+            raise ConfigError(f"{config.path}: [database] dsn is empty: set it to a DSN, or remove the line")
         if database.get("embedded"):
             raise ConfigError(f"{config.path}: [database] sets both dsn and embedded = true")
-        return Target(dsn=database["dsn"], source=str(config.path))
+        return Target(dsn=dsn, source=str(config.path))
     if database.get("embedded"):
         return Target(dsn=None, source=str(config.path), data_dir=embedded_data_dir(config))
     if any(os.environ.get(name) for name in LIBPQ_ENV):
         return Target(dsn="", source="PG* environment")
+    if database.get("embedded") is False:
+        raise ConfigError(
+            f"{config.path}: [database] embedded = false, and no database is configured "
+            "(no dsn there, no --dsn, WFCTL_DSN or PG* variables): say which one to use"
+        )
     return Target(dsn=None, source="embedded default", data_dir=embedded_data_dir(config))
 
 
 def write_config(config: Config, target: Target) -> Path:
-    """Write a new wfctl.toml recording ``target``; 0600 when it holds a password."""
+    """Write a new wfctl.toml recording ``target``; 0600 when it holds a password or another
+    secret."""
     database: dict[str, Any] = {}
     if target.embedded:
         database["embedded"] = True
@@ -177,9 +217,9 @@ def write_config(config: Config, target: Target) -> Path:
         if target.data_dir != config.directory / DEFAULT_DATA_DIR:
             database["data_dir"] = _relative_to(target.data_dir, config.directory)
     else:
-        database["dsn"] = target.dsn or _dsn_from_libpq_env()
+        database["dsn"] = recorded_dsn(target)
     body = tomli_w.dumps({"database": database})
-    secret = bool(database.get("dsn")) and _has_password(database["dsn"])
+    secret = bool(database.get("dsn")) and _has_secret(database["dsn"])
     mode = 0o600 if secret else 0o644
     path = config.path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,6 +230,14 @@ def write_config(config: Config, target: Target) -> Path:
     return path
 
 
+def recorded_dsn(target: Target) -> str | None:
+    """The DSN ``write_config`` records for ``target`` (None for the embedded server): the DSN
+    itself, or for the PG* environment every connection parameter set there."""
+    if target.embedded:
+        return None
+    return target.dsn or dsn_from_libpq_env()
+
+
 def _relative_to(path: Path, base: Path) -> str:
     try:
         return str(path.relative_to(base))
@@ -197,16 +245,41 @@ def _relative_to(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _dsn_from_libpq_env() -> str:
-    """Record the PG* settings in use (never PGPASSWORD: that stays in the environment)."""
-    keys = {
-        "PGHOST": "host",
-        "PGHOSTADDR": "hostaddr",
-        "PGPORT": "port",
-        "PGDATABASE": "dbname",
-        "PGUSER": "user",
-        "PGSERVICE": "service",
-    }
+def _libpq_env_keys() -> list[tuple[str, str, bool]]:
+    """(environment variable, connection key, secret) for every key libpq reads from the
+    environment, as this libpq reports them (PGHOST, PGSSLMODE, PGTARGETSESSIONATTRS, ...)."""
+    from psycopg import pq
+
+    from wfctl.connection import is_secret
+
+    return [
+        (o.envvar.decode(), o.keyword.decode(), is_secret(o.keyword.decode()) or o.dispchar == b"*")
+        for o in pq.Conninfo.get_defaults()
+        if o.envvar
+    ]
+
+
+def dsn_from_libpq_env() -> str:
+    """A DSN with every connection parameter set in libpq's PG* variables (so that a cron job
+    without that environment connects the same way), except secrets: PGPASSWORD stays in the
+    environment (or in a password file), never in wfctl.toml."""
     from psycopg.conninfo import make_conninfo
 
-    return make_conninfo(**{key: os.environ[env] for env, key in keys.items() if os.environ.get(env)})
+    params = {
+        key: os.environ[env] for env, key, secret in _libpq_env_keys() if os.environ.get(env) and not secret
+    }
+    return make_conninfo(**params)
+
+
+#: Variables libpq reads that no connection parameter can carry: where services and
+#: passwords are looked up, and session defaults it sends at connect time.
+_ENV_WITHOUT_KEY = ("PGSERVICEFILE", "PGSYSCONFDIR", "PGTZ", "PGDATESTYLE", "PGGEQO")
+
+
+def unrecorded_libpq_env() -> list[str]:
+    """The PG* variables set now that ``dsn_from_libpq_env`` does not record (secrets, and
+    those with no connection parameter): a job without them may connect differently."""
+    keys = _libpq_env_keys()
+    recorded = {env for env, _key, secret in keys if not secret}
+    names = [env for env, _key, _secret in keys if env not in recorded] + list(_ENV_WITHOUT_KEY)
+    return [name for name in names if os.environ.get(name)]

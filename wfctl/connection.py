@@ -3,12 +3,14 @@ and keep passwords out of everything we print."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg import conninfo, errors
+from psycopg import conninfo, errors, pq
 
 from wfctl.config import Target
 from wfctl.errors import (
@@ -23,41 +25,75 @@ MASK = "***"
 
 Notice = Callable[[str], None]
 
+#: Connection keys libpq itself treats as secret (shown as "*" in its dialogs), besides every
+#: key ending in "password" (password, sslpassword).
+_SECRET_KEYS = frozenset({"oauth_client_secret"})
 
-def dsn_password(dsn: str) -> str | None:
-    """The password a DSN carries, or None (also None when the DSN does not parse)."""
+
+def is_secret(key: str) -> bool:
+    """Whether a connection key holds a secret: ``password``, ``sslpassword``, any other key
+    ending in ``password``, and the keys libpq masks (``oauth_client_secret``)."""
+    key = key.lower()
+    return key.endswith("password") or key in _SECRET_KEYS or key in _libpq_secret_keys()
+
+
+@cache
+def _libpq_secret_keys() -> frozenset[str]:
     try:
-        return conninfo.conninfo_to_dict(dsn).get("password") or None  # type: ignore[return-value]
-    except psycopg.Error:
+        return frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults() if o.dispchar == b"*")
+    except Exception:  # an unusual libpq: the names above still apply
+        return frozenset()
+
+
+def _params(dsn: str) -> dict[str, Any] | None:
+    """The keys of a DSN (either form), or None when it does not parse."""
+    try:
+        return conninfo.conninfo_to_dict(dsn)
+    except (psycopg.Error, UnicodeError, ValueError):
         return None
 
 
+def dsn_secrets(dsn: str) -> dict[str, str]:
+    """The secrets a DSN carries, by key (empty also when the DSN does not parse)."""
+    params = _params(dsn) or {}
+    return {k: str(v) for k, v in params.items() if is_secret(k) and v}
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a DSN carries, or None (also None when the DSN does not parse)."""
+    return dsn_secrets(dsn).get("password")
+
+
+def has_secret(dsn: str) -> bool:
+    """Whether a DSN carries a password or another secret (then a file holding it is private)."""
+    return bool(dsn_secrets(dsn))
+
+
 def mask_dsn(dsn: str | None) -> str:
-    """A DSN fit to print: the password replaced by ***, whatever form the DSN had."""
+    """A DSN fit to print: every secret (password, sslpassword, ...) replaced by ***, whatever
+    form the DSN had."""
     if dsn is None:
         return "(embedded)"
-    try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
+    params = _params(dsn)
+    if params is None:
         return scrub(dsn, dsn)
-    if "password" in params:
-        params["password"] = MASK
+    for key in params:
+        if is_secret(key) and params[key] is not None:
+            params[key] = MASK
     return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 
-_KV_PASSWORD = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_KV_SECRET = re.compile(r"(?:password|oauth_client_secret)\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]*)@")
 
 
 def _secrets(dsn: str) -> list[str]:
-    """Everything in ``dsn`` that could be (part of) a password, longest first."""
-    found: list[str] = []
-    password = dsn_password(dsn)
-    if password:
-        found.append(password)
-    for match in _KV_PASSWORD.finditer(dsn):
+    """Everything in ``dsn`` that could be (part of) a secret, longest first."""
+    found: list[str] = list(dsn_secrets(dsn).values())
+    for match in _KV_SECRET.finditer(dsn):
         value = match.group(1).strip("'")
         found.append(value)
+        found.append(value.split("&")[0])  # a URL's query string: ?sslpassword=...&sslmode=...
         # an unquoted password with a space: libpq quotes the part after it in its error
         tail = dsn[match.end() :].split()
         if tail:
@@ -69,7 +105,7 @@ def _secrets(dsn: str) -> list[str]:
 
 
 def scrub(text: str, *dsns: str | None) -> str:
-    """Remove every password (or fragment of one) of ``dsns`` from ``text``."""
+    """Remove every secret (or fragment of one) of ``dsns`` from ``text``."""
     for dsn in dsns:
         if not dsn:
             continue
@@ -78,18 +114,45 @@ def scrub(text: str, *dsns: str | None) -> str:
     return text
 
 
+#: libpq's environment variable for each key ``describe`` shows.
+_ENV = {
+    "host": "PGHOST",
+    "hostaddr": "PGHOSTADDR",
+    "port": "PGPORT",
+    "user": "PGUSER",
+    "dbname": "PGDATABASE",
+}
+
+
 def describe(dsn: str) -> str:
-    """A short, password-free name for the server a DSN points at: ``user@host:port/db``."""
-    try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
+    """A short, secret-free name for the server a DSN points at: ``user@host:port/db``, with
+    what the DSN leaves out taken from libpq's PG* variables as libpq would. Without a host
+    libpq uses its default Unix socket: that is what it says then, not "localhost"."""
+    params = _params(dsn)
+    if params is None:
         return mask_dsn(dsn)
-    host = params.get("host") or params.get("hostaddr") or "localhost"
+    for key, env in _ENV.items():
+        if not params.get(key) and os.environ.get(env):
+            params[key] = os.environ[env]
+    service = params.get("service") or os.environ.get("PGSERVICE")
+    host = params.get("host") or params.get("hostaddr")
+    if not host and service:
+        return f"the server of service {service!r}"
+    where = str(host) if host else "(default Unix socket)"
     port = params.get("port")
-    where = f"{host}:{port}" if port else str(host)
+    if port:
+        where = f"{where}:{port}"
     user = params.get("user")
     db = params.get("dbname")
-    return f"{user + '@' if user else ''}{where}{'/' + str(db) if db else ''}"
+    return f"{str(user) + '@' if user else ''}{where}{'/' + str(db) if db else ''}"
+
+
+def describe_connection(conn: psycopg.Connection[Any]) -> str:
+    """What an open connection really talks to: ``user@host:port/db``, where a Unix socket's
+    host is its directory (``postgres@/var/run/postgresql:5432/app``)."""
+    info = conn.info
+    host = info.host or info.hostaddr or "(default Unix socket)"
+    return f"{info.user}@{host}:{info.port}/{info.dbname}"
 
 
 def connect(
@@ -112,6 +175,8 @@ def connect(
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"invalid DSN: {scrub(_first_line(exc), dsn)}") from None
+    except UnicodeError:
+        raise ConfigError("invalid DSN: it is not valid UTF-8") from None
     params.setdefault("application_name", application_name)
     params.setdefault("connect_timeout", str(connect_timeout))
     try:
@@ -123,6 +188,8 @@ def connect(
         )
     except psycopg.Error as exc:
         raise translate(exc, dsn) from None
+    except UnicodeError as exc:  # a host name (DSN or PGHOST) that is not valid text
+        raise ConfigError(f"cannot connect to {describe(dsn)}: {scrub(_first_line(exc), dsn)}") from None
     return conn
 
 
@@ -167,7 +234,7 @@ def translate(exc: BaseException, dsn: str | None = None) -> WfctlError:
     if isinstance(exc, WfctlError):
         return exc
     line = scrub(_first_line(exc), dsn)
-    where = describe(dsn) if dsn else "the database"
+    where = describe(dsn) if dsn is not None else "the database"
     if isinstance(exc, errors.InsufficientPrivilege):
         return PermissionDenied(f"permission denied: {line}")
     if isinstance(exc, errors.UndefinedTable | errors.UndefinedFunction):

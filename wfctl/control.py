@@ -10,6 +10,7 @@ from uuid import UUID
 
 import psycopg
 
+from wfctl.durations import as_seconds
 from wfctl.errors import InvalidState, NotFound, UsageError
 from wfctl.queries import q
 from wfctl.words import FINISHED
@@ -86,7 +87,7 @@ def prune(
         raise UsageError(
             f"prune removes finished workflows only ({', '.join(FINISHED)}), not {', '.join(bad)}"
         )
-    params = {"statuses": list(statuses), "older_than": older_than, "batch": batch}
+    params = {"statuses": list(statuses), "older_than": as_seconds(older_than), "batch": batch}
     if dry_run:
         row = conn.execute(q("control.prune_count"), params).fetchone()
         assert row is not None
@@ -108,6 +109,6 @@ def prune(
 
 def prune_total(conn: psycopg.Connection[Any], older_than: timedelta, statuses: Sequence[str]) -> int:
     row = conn.execute(
-        q("control.prune_count"), {"statuses": list(statuses), "older_than": older_than}
+        q("control.prune_count"), {"statuses": list(statuses), "older_than": as_seconds(older_than)}
     ).fetchone()
     return int(row[0]) if row else 0

@@ -1,4 +1,10 @@
-"""Durations as operators type them: ``30s``, ``5m``, ``24h``, ``7d`` (and ``250ms``)."""
+"""Durations as operators type them: ``30s``, ``5m``, ``24h``, ``7d`` (and ``250ms``).
+
+A duration goes to the database as an exact number of seconds (``as_seconds`` or
+``interval_text``), never as a Python timedelta: psycopg sends a timedelta as an interval with a
+day part, and ``now() - interval '1 day'`` is 23 or 25 hours on a daylight-saving day in the
+session's time zone.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +15,54 @@ from wfctl.errors import UsageError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 MAX_SECONDS = 100 * 365 * 86400.0  # beyond this, timestamps overflow (and it is a typo anyway)
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+#: The finest duration accepted: anything shorter (but not zero) is refused as a typo.
+MIN_SECONDS = 0.001
+#: The shortest heartbeat-staleness threshold (``--stale``): below a second, live workers
+#: between two heartbeats would count as dead.
+MIN_STALE_SECONDS = 1.0
+_PATTERN = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d|w)\s*$")
+_MICROSECOND = timedelta(microseconds=1)
 
 
-def parse_duration(text: str, *, what: str = "duration", allow_zero: bool = True) -> timedelta:
-    """Parse ``text`` into a timedelta, or raise UsageError with one line saying what is accepted."""
+def parse_duration(
+    text: str, *, what: str = "duration", allow_zero: bool = True, minimum: float = MIN_SECONDS
+) -> timedelta:
+    """Parse ``text`` into a timedelta, or raise UsageError with one line saying what is accepted.
+
+    Zero is accepted when ``allow_zero``; any other value must be at least ``minimum`` seconds
+    (1ms unless the caller asks for more)."""
     match = _PATTERN.match(text or "")
     if not match:
         raise UsageError(f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d")
     value = float(match.group(1)) * _UNITS[match.group(2)]
     if value > MAX_SECONDS:
         raise UsageError(f"invalid {what} {text!r}: longer than the limit of 100 years")
-    if value == 0 and not allow_zero:
-        raise UsageError(f"invalid {what} {text!r}: must be greater than zero")
+    if value == 0:
+        if not allow_zero:
+            raise UsageError(f"invalid {what} {text!r}: must be greater than zero")
+    elif value < max(minimum, MIN_SECONDS):
+        shortest = format_minimum(max(minimum, MIN_SECONDS))
+        raise UsageError(f"invalid {what} {text!r}: shorter than the minimum of {shortest}")
     return timedelta(seconds=value)
+
+
+def format_minimum(seconds: float) -> str:
+    """``0.001`` -> ``1ms``, ``1.0`` -> ``1s`` (for error messages)."""
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
+def as_seconds(delta: timedelta) -> float:
+    """A timedelta as seconds, for SQL such as ``make_interval(secs => %(x)s)``."""
+    return delta.total_seconds()
+
+
+def interval_text(delta: timedelta) -> str:
+    """A timedelta as interval input that holds exact seconds (``'86400.000000 seconds'``, which
+    PostgreSQL keeps as 24:00:00, never as ``1 day``), for SQL written ``%(x)s::interval``."""
+    micros = delta // _MICROSECOND
+    sign = "-" if micros < 0 else ""
+    whole, fraction = divmod(abs(micros), 1_000_000)
+    return f"{sign}{whole}.{fraction:06d} seconds"
 
 
 def format_duration(seconds: float | None) -> str:

@@ -4,16 +4,21 @@ jsonb refuses U+0000 and unpaired surrogates, which Python's json module accepts
 keeps numbers as ``numeric``: a float that Python writes with a positive exponent (``1e+16``)
 reads back as the integer ``10000000000000000``, so a step's result would change type between
 the first run and a replay. Such floats are written as their exact digits plus ``.0``, which
-jsonb keeps as a fraction and Python reads back as the same float. Every input, step result
-and workflow output goes through ``dumps``.
+jsonb keeps as a fraction and Python reads back as the same float. A ``Decimal`` (how wfctl
+parses the numbers a user writes, and what a step may return) is written exactly as it is,
+never through a float. Every input, step result and workflow output goes through ``dumps``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
+# jsonb numbers are PostgreSQL numerics: up to 131072 digits before the point, 16383 after
+NUMERIC_MAX_INTEGER_DIGITS = 131072
+NUMERIC_MAX_SCALE = 16383
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -36,6 +41,13 @@ def _check(value: Any) -> bool:
         return False
     if isinstance(value, float):
         return _is_big_float(value)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise UnstorableJSON(f"{value} is not a JSON number")
+        exponent = value.as_tuple().exponent
+        if value and (value.adjusted() >= NUMERIC_MAX_INTEGER_DIGITS or -int(exponent) > NUMERIC_MAX_SCALE):
+            raise UnstorableJSON(f"the number {str(value)[:40]} is beyond what PostgreSQL's numeric holds")
+        return True
     big = False
     if isinstance(value, dict):
         for key, item in value.items():
@@ -62,6 +74,8 @@ def _encode(value: Any) -> str:
     """The slow path, only for values holding a float written with a positive exponent."""
     if isinstance(value, float):
         return _float_text(value)
+    if isinstance(value, Decimal):
+        return str(value)
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_key(k)}: {_encode(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
@@ -69,12 +83,24 @@ def _encode(value: Any) -> str:
     return json.dumps(value, allow_nan=False)
 
 
+class _Exact(Exception):
+    """The value holds a Decimal: it takes the slow path."""
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        raise _Exact
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def dumps(value: Any) -> str:
     """JSON text for ``value``, or UnstorableJSON saying why it cannot be stored."""
     try:
-        text = json.dumps(value, allow_nan=False)
+        text: str | None = json.dumps(value, allow_nan=False, default=_default)
+    except _Exact:
+        text = None
     except (TypeError, ValueError) as exc:
         raise UnstorableJSON(str(exc)) from None
-    if _check(value):
+    if _check(value) or text is None:
         return _encode(value)
     return text

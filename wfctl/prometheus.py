@@ -1,16 +1,36 @@
 """The Prometheus text exposition format (version 0.0.4), as node_exporter's textfile collector
-reads it: metric families with HELP and TYPE lines, and label values escaped."""
+reads it: metric families with HELP and TYPE lines, and label values escaped.
+
+Label values come from stored data (workflow types, step names) and may hold any character. The
+format escapes only backslash, double quote and line feed; any other control character would
+reach the file raw, and a CR (or VT, FF, NEL ...) ends a line for many readers. So each control
+character but the line feed is written as a printable stand-in: a C0 control or DEL as its
+Unicode control picture (CR as U+240D, ESC as U+241B), a C1 control as U+FFFD. Two stored values
+can then give one label value ("a\\r" and "a\\u240d"): the report queries group by the label
+value (the same translation, done by the database with :func:`label_translation`), so a series
+is never written twice, and :class:`Family` refuses one that would be.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 TYPES = ("counter", "gauge", "summary", "histogram", "untyped")
+
+# The control characters a label value cannot carry (every C0 but the line feed, DEL, C1) and
+# their stand-ins, position by position. NUL is apart: PostgreSQL text never holds it (and
+# refuses it in a parameter), so the database's translation leaves it out.
+_NUL = "\x00"
+_CONTROLS = "".join(chr(c) for c in (*range(0x01, 0x0A), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)))
+_PICTURES = "".join(
+    chr(0x2400 + c) if c < 0x20 else "\u2421" if c == 0x7F else "\ufffd" for c in map(ord, _CONTROLS)
+)
+_TRANSLATE = str.maketrans(_NUL + _CONTROLS, "\u2400" + _PICTURES)
 
 
 @dataclass(frozen=True)
@@ -34,19 +54,46 @@ class Family:
             raise ValueError(f"invalid metric name {self.name!r}")
         if self.type not in TYPES:
             raise ValueError(f"invalid metric type {self.type!r}")
+        seen: set[tuple[str, frozenset[tuple[str, str]]]] = set()
         for sample in self.samples:
             for label in sample.labels:
                 if not _LABEL.match(label) or label.startswith("__"):
                     raise ValueError(f"invalid label name {label!r}")
+            # the series a reader stores: label values as written, an empty one is no label
+            key = (sample.suffix, frozenset(_series_labels(sample.labels)))
+            if key in seen:
+                raise ValueError(f"{self.name}{sample.suffix}: two samples of the series {dict(key[1])}")
+            seen.add(key)
+
+
+def _series_labels(labels: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    for key, value in labels.items():
+        text = label_value(str(value))
+        if text:
+            yield key, text
+
+
+def label_value(value: str) -> str:
+    """The label value ``value`` is written as (before escaping): control characters but the
+    line feed replaced by their stand-ins."""
+    return value.translate(_TRANSLATE)
+
+
+def label_translation() -> dict[str, str]:
+    """Parameters for the database's ``translate(x, %(controls)s, %(pictures)s)``, which gives
+    :func:`label_value` of x, so that the report queries group by what the file will say; and
+    ``x ~ %(control_class)s``, true when x holds one of the controls."""
+    return {"controls": _CONTROLS, "pictures": _PICTURES, "control_class": f"[{_CONTROLS}]"}
 
 
 def escape_label_value(value: str) -> str:
-    """Backslash, double quote and line feed are the three characters a label value escapes."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """Backslash, double quote and line feed are the three characters a label value escapes;
+    the other control characters are replaced (see :func:`label_value`)."""
+    return label_value(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    return label_value(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def format_value(value: float) -> str:

@@ -9,6 +9,7 @@ from uuid import UUID
 
 import psycopg
 
+from wfctl.durations import as_seconds
 from wfctl.queries import q
 
 
@@ -26,9 +27,10 @@ class Recovered:
 
 def recover(conn: psycopg.Connection[Any], stale: timedelta, *, dry_run: bool = False) -> list[Recovered]:
     """Requeue (or fail, when out of retries) every running workflow whose owner's heartbeat is
-    older than ``stale``. One statement: concurrent calls requeue each workflow once."""
+    older than ``stale``. One statement: concurrent calls requeue each workflow once. The threshold
+    goes to the database as exact seconds (see wfctl.durations)."""
     name = "recovery.stale_runs" if dry_run else "recovery.recover"
-    rows = conn.execute(q(name), {"stale": stale}).fetchall()
+    rows = conn.execute(q(name), {"stale": as_seconds(stale)}).fetchall()
     if rows and not dry_run:
         conn.execute(q("recovery.notify"))
     return [Recovered(*row) for row in rows]

@@ -7,7 +7,9 @@ tables, ``--json``, the Prometheus text and the tests. Nothing here prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,9 +19,11 @@ from uuid import UUID
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
+from wfctl.durations import interval_text
 from wfctl.errors import NotFound, UsageError
-from wfctl.prometheus import Family, Sample, exposition
+from wfctl.prometheus import Family, Sample, exposition, label_translation
 from wfctl.queries import q
 from wfctl.words import STATUSES, check_status, parse_id
 
@@ -29,6 +33,8 @@ Conn = psycopg.Connection[Any]
 #: The words workflows.status may hold, in life-cycle order.
 #: Worker states of the ``workers`` report.
 WORKER_STATES = ("live", "dead", "stopped")
+#: The largest ``list --limit``: what SQL's LIMIT (a bigint) takes.
+MAX_LIMIT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,80 @@ class WorkflowDetail:
     steps: list[Row]
 
 
-def _rows(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+def _rows(
+    conn: Conn,
+    name: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    json_loads: Callable[[str | bytes], Any] | None = None,
+) -> list[Row]:
     with conn.cursor(row_factory=dict_row) as cur:
+        if json_loads is not None:
+            set_json_loads(json_loads, cur)
         cur.execute(q(name), params or {})
         return cur.fetchall()
+
+
+#: How deep ``show`` draws a stored JSON value that Python cannot read whole (one stored by
+#: SQL, nested deeper than the recursion limit): containers below this depth are replaced by a
+#: string saying so. wfctl itself refuses inputs nested deeper than client.MAX_JSON_DEPTH.
+SHOW_JSON_DEPTH = 500
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_INT_DIGITS = 4300  # Python's default limit for int(str)
+
+
+def truncate_json(text: str, depth: int = SHOW_JSON_DEPTH) -> str:
+    """JSON text in which every array or object nested deeper than ``depth`` is replaced by a
+    string saying so (iterative: works at any depth)."""
+    parts: list[str] = []
+    pos = level = 0
+    skipping = False
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            continue
+        if token in "[{":
+            level += 1
+            if level == depth + 1 and not skipping:
+                parts.append(text[pos : match.start()])
+                parts.append(json.dumps(f"... nested deeper than {depth} levels: not shown"))
+                skipping = True
+        else:
+            if level == depth + 1 and skipping:
+                pos = match.end()
+                skipping = False
+            level -= 1
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _big_int(digits: str) -> int | str:
+    size = len(digits.lstrip("-"))
+    if size <= _INT_DIGITS:
+        return int(digits)
+    return f"{digits[:20]}... (an integer of {size} digits: not shown)"
+
+
+def _readable_json(data: str | bytes) -> Any:
+    """Load a stored JSON value for ``show`` when json.loads cannot (too deep, or an integer too
+    long for Python) or the value is too deep to draw: parts deeper than SHOW_JSON_DEPTH and
+    long integers are replaced by strings saying what was left out."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    return json.loads(truncate_json(text), parse_int=_big_int)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` deep in ``value`` (iteratively)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 @contextmanager
@@ -77,10 +153,12 @@ def _as_of(conn: Conn) -> datetime:
     return row[0]  # type: ignore[no-any-return]
 
 
-def _positive(value: timedelta, what: str) -> timedelta:
+def _positive(value: timedelta, what: str) -> str:
+    """A window or threshold for the SQL of reports.sql (``%(x)s::interval``), as exact seconds:
+    a timedelta would be sent as days, which are 23 or 25 hours on a daylight-saving day."""
     if value <= timedelta(0):
         raise UsageError(f"{what} must be greater than zero")
-    return value
+    return interval_text(value)
 
 
 def stats(conn: Conn, *, since: timedelta, stale: timedelta, workflow_type: str | None = None) -> StatsReport:
@@ -114,8 +192,8 @@ def list_workflows(
     limit: int = 50,
 ) -> list[Row]:
     """Workflows newest first, optionally of one status and type, created within ``since``."""
-    if limit < 1:
-        raise UsageError(f"invalid limit {limit}: must be at least 1")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
     params = {
         "status": check_status(status) if status is not None else None,
         "workflow_type": workflow_type,
@@ -129,10 +207,27 @@ def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
     """One workflow's row and its steps in order; NotFound when there is no such id."""
     ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
     with _snapshot(conn):
-        found = _rows(conn, "reports.workflow", {"id": ident})
-        if not found:
-            raise NotFound(f"no workflow with id {ident}")
-        return WorkflowDetail(workflow=found[0], steps=_rows(conn, "reports.workflow_steps", {"id": ident}))
+        try:
+            detail = _detail(conn, ident)
+        except (RecursionError, ValueError):
+            # a stored value Python cannot read whole (nested deeper than the recursion limit,
+            # or an integer of more than 4300 digits): show what can be shown
+            return _detail(conn, ident, json_loads=_readable_json)
+        values = [detail.workflow["input_data"], detail.workflow["output_data"]]
+        values += [s["output_data"] for s in detail.steps]
+        if any(_deeper_than(v, SHOW_JSON_DEPTH) for v in values):  # too deep to draw
+            return _detail(conn, ident, json_loads=_readable_json)
+        return detail
+
+
+def _detail(
+    conn: Conn, ident: UUID, *, json_loads: Callable[[str | bytes], Any] | None = None
+) -> WorkflowDetail:
+    found = _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads)
+    if not found:
+        raise NotFound(f"no workflow with id {ident}")
+    steps = _rows(conn, "reports.workflow_steps", {"id": ident}, json_loads=json_loads)
+    return WorkflowDetail(workflow=found[0], steps=steps)
 
 
 def workers(conn: Conn, *, stale: timedelta) -> list[Row]:
@@ -143,12 +238,12 @@ def workers(conn: Conn, *, stale: timedelta) -> list[Row]:
 def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[Family]:
     """What ``wfctl metrics`` exposes, read in one snapshot."""
     with _snapshot(conn):
-        counts = _rows(conn, "reports.workflow_counts")
+        counts = _rows(conn, "reports.workflow_counts", label_translation())
         pending = _rows(conn, "reports.oldest_pending")[0]
         stuck_rows = stuck(conn, stale=stale)
         worker_rows = workers(conn, stale=stale)
         window = {"since": _positive(since, "the window"), "workflow_type": None}
-        steps = _rows(conn, "reports.slow_steps", window)
+        steps = _rows(conn, "reports.step_metrics", {**window, **label_translation()})
     return [
         _workflow_family(counts),
         Family(
@@ -185,7 +280,7 @@ def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[F
                 for state in WORKER_STATES
             ),
         ),
-        _step_family(steps, since),
+        *_step_families(steps, since),
     ]
 
 
@@ -204,21 +299,35 @@ def _workflow_family(counts: list[Row]) -> Family:
     )
 
 
-def _step_family(steps: list[Row], since: timedelta) -> Family:
-    samples: list[Sample] = []
-    for row in sorted(steps, key=lambda r: (r["workflow_type"], r["step_name"] or "")):
-        labels = {"workflow_type": row["workflow_type"], "step_name": row["step_name"] or ""}
+def _step_families(steps: list[Row], since: timedelta) -> list[Family]:
+    """Gauges over the sliding window (they go down as steps leave it: not a summary, whose
+    _count and _sum a reader takes for counters). One row per series: reports.step_metrics
+    groups by the label values."""
+    quantiles: list[Sample] = []
+    sums: list[Sample] = []
+    counts: list[Sample] = []
+    for row in steps:
+        labels = {"workflow_type": row["workflow_type"], "step_name": row["step_name"]}
         for quantile, column in (("0.5", "p50_seconds"), ("0.95", "p95_seconds")):
-            samples.append(Sample(float(row[column]), {**labels, "quantile": quantile}))
-        samples.append(Sample(float(row["sum_seconds"]), labels, "_sum"))
-        samples.append(Sample(int(row["count"]), labels, "_count"))
-    return Family(
-        "wfctl_step_duration_seconds",
-        "summary",
-        f"Duration of completed steps of the workflows created in the last {_human(since)}, "
-        "by workflow type and step name.",
-        tuple(samples),
+            quantiles.append(Sample(float(row[column]), {**labels, "quantile": quantile}))
+        sums.append(Sample(float(row["sum_seconds"]), labels))
+        counts.append(Sample(int(row["count"]), labels))
+    window = (
+        f"the completed steps of the workflows created in the last {_human(since)}, by workflow "
+        "type and step name (a gauge over a sliding window: it goes down as steps leave it)"
     )
+    return [
+        Family(
+            "wfctl_step_duration_window_seconds",
+            "gauge",
+            f"Median (quantile 0.5) and 95th percentile (0.95) of the durations of {window}.",
+            tuple(quantiles),
+        ),
+        Family(
+            "wfctl_step_duration_window_sum_seconds", "gauge", f"Total duration of {window}.", tuple(sums)
+        ),
+        Family("wfctl_step_duration_window_steps", "gauge", f"Number of {window}.", tuple(counts)),
+    ]
 
 
 def _human(delta: timedelta) -> str:

@@ -7,7 +7,7 @@
 -- the others wait for its commit and then do nothing. The same insert as wfctl_submit().
 INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries)
 VALUES (%(workflow_type)s, %(input)s::jsonb, %(key)s,
-        now() + coalesce(%(delay)s::interval, interval '0'), coalesce(%(priority)s, 0),
+        now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'), coalesce(%(priority)s, 0),
         %(max_retries)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
@@ -19,7 +19,7 @@ SELECT id FROM workflows WHERE idempotency_key = %(key)s;
 -- name: submit_many
 -- A batch of workflows of one type from an array of inputs: one statement, ids in input order.
 INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries)
-SELECT %(workflow_type)s, t.input, now() + coalesce(%(delay)s::interval, interval '0'),
+SELECT %(workflow_type)s, t.input, now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'),
        %(priority)s, %(max_retries)s
 FROM unnest(%(inputs)s::jsonb[]) WITH ORDINALITY AS t(input, ord)
 ORDER BY t.ord

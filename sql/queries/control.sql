@@ -39,10 +39,10 @@ SELECT count(*) AS workflows,
        (SELECT count(*) FROM workflow_steps s
          JOIN workflows w ON w.id = s.workflow_id
         WHERE w.status = ANY(%(statuses)s::text[])
-          AND coalesce(w.finished_at, w.updated_at) < now() - %(older_than)s::interval) AS steps
+          AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)) AS steps
 FROM workflows
 WHERE status = ANY(%(statuses)s::text[])
-  AND coalesce(finished_at, updated_at) < now() - %(older_than)s::interval;
+  AND coalesce(finished_at, updated_at) < now() - make_interval(secs => %(older_than)s::float8);
 
 -- name: prune_batch
 -- One batch: a bounded DELETE (its steps go with it, ON DELETE CASCADE), committed on its own
@@ -50,7 +50,7 @@ WHERE status = ANY(%(statuses)s::text[])
 WITH doomed AS (
     SELECT id FROM workflows
     WHERE status = ANY(%(statuses)s::text[])
-      AND coalesce(finished_at, updated_at) < now() - %(older_than)s::interval
+      AND coalesce(finished_at, updated_at) < now() - make_interval(secs => %(older_than)s::float8)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ),
@@ -65,6 +65,6 @@ SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM steps) AS
 -- name: prune_workers
 -- Worker rows that stopped (or went silent) before the cutoff and hold nothing.
 DELETE FROM workers k
-WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - %(older_than)s::interval
+WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running')
 RETURNING k.id;

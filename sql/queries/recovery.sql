@@ -11,7 +11,7 @@ WITH stale AS MATERIALIZED (
     FROM workflows w
     LEFT JOIN workers k ON k.id = w.lease_owner
     WHERE w.status = 'running'
-      AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+      AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8))
     ORDER BY w.updated_at
     FOR UPDATE OF w SKIP LOCKED
 )
@@ -43,7 +43,7 @@ SELECT w.id, w.workflow_type,
 FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 WHERE w.status = 'running'
-  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8))
 ORDER BY w.updated_at;
 
 -- name: notify

@@ -1,13 +1,30 @@
 -- Read-only reports (wfctl/reports.py): stats, list, show, workers, metrics.
 --
--- Every window is "created_at > now() - %(since)s", served by workflows_created_idx; the
--- per-step numbers also bound workflow_steps.started_at by the window, served by
--- workflow_steps_started_idx (migration 0002), and hash-join the two ranges. Durations use
--- date_part('epoch', ...), a float8, rather than extract(), a numeric that is twice as slow to
--- aggregate. Stuck runs and worker counts start from the partial index
--- workflows_running_owner_idx (status = 'running'), which stays small however big the table.
+-- Every window is "created_at > now() - %(since)s", served by workflows_created_idx. The
+-- per-step numbers also bound workflow_steps.started_at, served by workflow_steps_started_idx
+-- (migration 0001), and hash-join the two ranges instead of probing the steps of each workflow
+-- at random places (ids are random UUIDs). A step starts after its workflow was created, but
+-- its started_at is written by a worker and the workflow's created_at by the database, and a
+-- worker's clock may be a little behind: the steps' bound is the window's start less one hour
+-- (STEP_CLOCK_SLACK below), so such a step still counts. It costs reading one more hour of
+-- steps, whatever the window; the join with the workflows of the window drops them.
+-- Durations use date_part('epoch', ...), a float8, rather than extract(), a numeric that is
+-- twice as slow to aggregate.
+--
+-- What "duration" means for a workflow (list, show, the p50/p95 of stats): the time its run
+-- spent in its steps, the sum over its step rows of completed_at - started_at (each row is the
+-- last run of that step: the one that completed, or the one that failed last). Time spent
+-- waiting is not a run's duration: queued, backing off between attempts, parked in a durable
+-- sleep, or failed until an operator ran `wfctl retry` days later. NULL while no step row is
+-- stored. `show` also gives the elapsed time, from the first claim to the finish (or now).
+--
+-- Stuck runs and worker counts start from the partial index workflows_running_owner_idx
+-- (status = 'running'), which stays small however big the table.
 -- An optional filter is written "%(x)s::type IS NULL OR col = %(x)s": wfctl sends each of these
 -- once per connection, so the server plans it with the value known and drops the unused branch.
+-- Label values of `wfctl metrics` are grouped as they will be written: translate(x,
+-- %(controls)s, %(pictures)s) replaces the control characters the exposition format cannot
+-- carry (wfctl/prometheus.py), and a NULL step name is the empty one, so no series comes twice.
 
 -- name: snapshot
 -- The statements of one report see one snapshot (and work on a read-only standby).
@@ -18,8 +35,10 @@ SELECT now() AS as_of;
 
 -- name: success_rate
 -- Outcome per workflow type of the workflows created in the window. success_pct keeps the
--- reference design's meaning (completed / all created in the window). Durations are
--- finished_at - started_at of the runs that have both (completed, failed, cancelled while running).
+-- reference design's meaning (completed / all created in the window). p50/p95 are of the
+-- durations (time in steps, see the top of this file) of the finished runs that were claimed
+-- (completed, failed, cancelled while running) and stored a step. One row per workflow first
+-- (grouped by its primary key, its other columns come along), its steps read as one range.
 SELECT workflow_type,
        count(*) AS total,
        count(*) FILTER (WHERE status = 'completed') AS completed,
@@ -31,11 +50,16 @@ SELECT workflow_type,
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p50_seconds,
        round(percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p95_seconds
 FROM (
-    SELECT workflow_type, status,
-           date_part('epoch', finished_at - started_at) AS run_seconds
-    FROM workflows
-    WHERE created_at > now() - %(since)s::interval
-      AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
+    SELECT w.workflow_type, w.status,
+           CASE WHEN w.started_at IS NOT NULL AND w.finished_at IS NOT NULL
+                THEN sum(date_part('epoch', s.completed_at - s.started_at)) END AS run_seconds
+    FROM workflows w
+    LEFT JOIN workflow_steps s
+           ON s.workflow_id = w.id
+          AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE w.created_at > now() - %(since)s::interval
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+    GROUP BY w.id
 ) AS windowed
 GROUP BY workflow_type
 ORDER BY total DESC, workflow_type;
@@ -84,15 +108,43 @@ FROM (
     FROM workflows w
     JOIN workflow_steps s ON s.workflow_id = w.id
     WHERE w.created_at > now() - %(since)s::interval
-      -- implied by the line above (a step starts after its workflow was created), and what
-      -- lets workflow_steps_started_idx serve the steps side of the join
-      AND s.started_at > now() - %(since)s::interval
+      -- what lets workflow_steps_started_idx serve the steps side of the join: a step starts
+      -- after its workflow was created, less the slack for a worker's clock
+      AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
 ) AS windowed
 GROUP BY workflow_type, step_name
 ORDER BY avg_seconds DESC, workflow_type, step_name;
+
+-- name: step_metrics
+-- slow_steps for `wfctl metrics`, grouped by the label values the exposition will write (the
+-- translation only where %(control_class)s finds a control character: translate() with a long
+-- multibyte list is slow, and names are almost always clean).
+SELECT workflow_type,
+       step_name,
+       count(*) AS count,
+       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p50_seconds,
+       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p95_seconds,
+       round(sum(step_seconds)::numeric, 3) AS sum_seconds
+FROM (
+    SELECT CASE WHEN w.workflow_type ~ %(control_class)s
+                THEN translate(w.workflow_type, %(controls)s, %(pictures)s)
+                ELSE w.workflow_type END AS workflow_type,
+           CASE WHEN s.step_name ~ %(control_class)s
+                THEN translate(s.step_name, %(controls)s, %(pictures)s)
+                ELSE coalesce(s.step_name, '') END AS step_name,
+           date_part('epoch', s.completed_at - s.started_at) AS step_seconds
+    FROM workflows w
+    JOIN workflow_steps s ON s.workflow_id = w.id
+    WHERE w.created_at > now() - %(since)s::interval
+      AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+      AND s.status = 'completed'
+      AND s.completed_at IS NOT NULL
+) AS windowed
+GROUP BY workflow_type, step_name
+ORDER BY workflow_type, step_name;
 
 -- name: list_workflows
 -- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
@@ -106,11 +158,12 @@ SELECT id,
        created_at,
        started_at,
        finished_at,
-       round(extract(epoch FROM coalesce(finished_at, now()) - started_at)::numeric, 3)
-           AS duration_seconds,
+       (SELECT round(sum(date_part('epoch', s.completed_at - s.started_at))::numeric, 3)
+          FROM workflow_steps s
+         WHERE s.workflow_id = w.id) AS duration_seconds,
        lease_owner,
        error_message
-FROM workflows
+FROM workflows w
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
   AND (%(since)s::interval IS NULL OR created_at > now() - %(since)s::interval)
@@ -133,12 +186,15 @@ SELECT id,
        started_at,
        finished_at,
        updated_at,
+       (SELECT round(sum(date_part('epoch', s.completed_at - s.started_at))::numeric, 3)
+          FROM workflow_steps s
+         WHERE s.workflow_id = w.id) AS duration_seconds,
        round(extract(epoch FROM coalesce(finished_at, now()) - started_at)::numeric, 3)
-           AS duration_seconds,
+           AS elapsed_seconds,
        input_data,
        output_data,
        error_message
-FROM workflows
+FROM workflows w
 WHERE id = %(id)s;
 
 -- name: workflow_steps
@@ -187,11 +243,18 @@ FROM (
 ORDER BY alive DESC, heartbeat_at DESC, id;
 
 -- name: workflow_counts
--- Every workflow by type and status (for metrics: one pass over the table).
-SELECT workflow_type, status, count(*) AS workflows
-FROM workflows
-GROUP BY workflow_type, status
-ORDER BY workflow_type, status;
+-- Every workflow by type (as its label value) and status, for metrics: one pass over the table
+-- grouped by the stored type, then the few groups by their label value.
+SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS workflow_type,
+       status,
+       sum(workflows)::bigint AS workflows
+FROM (
+    SELECT workflow_type, status, count(*) AS workflows
+    FROM workflows
+    GROUP BY workflow_type, status
+) AS stored
+GROUP BY 1, status
+ORDER BY 1, status;
 
 -- name: oldest_pending
 -- How long the oldest runnable pending workflow has waited since it became runnable

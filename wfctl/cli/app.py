@@ -21,6 +21,7 @@ from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate
 from wfctl.errors import EXIT_INTERRUPTED, WfctlError
+from wfctl.errors import UsageError as BadInput
 
 
 def _debug_enabled(args: Sequence[str]) -> bool:
@@ -73,6 +74,16 @@ class WfctlGroup(TyperGroup):
             wrapped = translate(exc)
             render.error(scrub(str(wrapped), *_secrets_in(argv)))
             code = wrapped.exit_code
+        except UnicodeError as exc:
+            # a string from the command line or the environment holding bytes that are not UTF-8
+            # (Python hands them over as surrogate escapes) met a place that needs UTF-8
+            if debug:
+                traceback.print_exc()
+            where = ""
+            if isinstance(exc, UnicodeEncodeError):
+                where = f" ({exc.object[exc.start : exc.end]!r} at character {exc.start})"
+            render.error(f"an argument or environment variable is not valid UTF-8{where}")
+            code = BadInput.exit_code
         except Exception as exc:
             if debug:
                 traceback.print_exc()
@@ -120,7 +131,7 @@ def _global(
     """Durable workflows on PostgreSQL."""
     ctx.obj = GlobalOptions(
         dsn=dsn,
-        config=Path(config) if config else None,
+        config=Path(config) if config is not None else None,
         json=json,
         debug=debug or os.environ.get("WFCTL_DEBUG", "") not in ("", "0"),
     )

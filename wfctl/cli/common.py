@@ -65,11 +65,12 @@ class Session:
 
     @classmethod
     def create(cls, dsn: str | None = None, config: Path | None = None, json: bool = False) -> Session:
-        """Command options win over the same options given before the command name."""
+        """Command options win over the same options given before the command name (an empty
+        one too: ``--dsn ""`` is an error, not "no --dsn")."""
         glob = global_options()
         return cls(
-            dsn_option=dsn or glob.dsn,
-            config_option=config or glob.config,
+            dsn_option=dsn if dsn is not None else glob.dsn,
+            config_option=config if config is not None else glob.config,
             json=json or glob.json,
         )
 

@@ -110,7 +110,18 @@ def stop(config: ConfigOpt = None) -> None:
     """Stop the embedded PostgreSQL (its data stays; the next command starts it again)."""
     session = Session.create(None, config)
     server = _embedded(session)
-    if server.stop():
-        render.notice(f"stopped the embedded PostgreSQL (data kept in {server.pgdata})")
+    result = server.stop()
+    if result.stopped and result.deleted:
+        render.notice(
+            f"stopped the embedded PostgreSQL (pid {result.pid}) whose data directory {server.pgdata} "
+            "had been deleted; the next command starts a new, empty one"
+        )
+    elif result.stopped:
+        render.notice(f"stopped the embedded PostgreSQL (pid {result.pid}; data kept in {server.pgdata})")
+    elif result.stale:
+        render.notice(
+            f"the embedded PostgreSQL is not running (its postmaster.pid named process {result.pid}, "
+            "which is not this data directory's server: left alone, and the stale file removed)"
+        )
     else:
         render.notice("the embedded PostgreSQL is not running")

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from wfctl import reports, words
+from wfctl import client, reports, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
-from wfctl.durations import parse_duration
+from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
 from wfctl.prometheus import exposition
 
 SinceOpt = Annotated[
@@ -27,7 +27,13 @@ TypeOpt = Annotated[
 
 
 def _duration(text: str, option: str) -> timedelta:
-    return parse_duration(text, what=f"{option} duration", allow_zero=False)
+    minimum = MIN_STALE_SECONDS if option == "--stale" else MIN_SECONDS
+    return parse_duration(text, what=f"{option} duration", allow_zero=False, minimum=minimum)
+
+
+def _type_filter(workflow_type: str | None) -> str | None:
+    client.check_text(workflow_type, "--type")
+    return workflow_type
 
 
 def stats(
@@ -40,6 +46,7 @@ def stats(
 ) -> None:
     """Success rate and run time per workflow type, stuck runs, and the slowest steps."""
     window, threshold = _duration(since, "--since"), _duration(stale, "--stale")
+    _type_filter(workflow_type)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         report = reports.stats(conn, since=window, stale=threshold, workflow_type=workflow_type)
@@ -75,13 +82,16 @@ def list_workflows(
         str | None,
         typer.Option("--since", help="Only workflows created within this long ago.", show_default=False),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=reports.MAX_LIMIT, help="At most this many rows.")
+    ] = 50,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Workflows, newest first."""
     window = _duration(since, "--since") if since is not None else None
+    _type_filter(workflow_type)
     if status is not None:
         words.check_status(status)
     session = Session.create(dsn, config, json)

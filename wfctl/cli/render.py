@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -21,6 +22,32 @@ from wfctl.reports import StatsReport, WorkflowDetail
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
 PIPE_WIDTH = 200
+
+# Stored data (types, keys, step names, errors, worker ids, JSON) is written by any client of
+# the database: it is drawn as plain text, never as Rich markup, and its control characters
+# (C0, DEL, C1: ESC, CR, BEL, the 8-bit CSI ...) are shown escaped, so that no stored string can
+# move the cursor, clear the screen or retitle the terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# The control characters json.dumps(ensure_ascii=False) leaves raw inside strings.
+_JSON_RAW_CONTROL = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """``text`` with each C0, DEL and C1 control character as ``\\xNN`` (but those in ``keep``,
+    e.g. the line feed of a multi-line block)."""
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        return char if char in keep else f"\\x{ord(char):02x}"
+
+    return _CONTROL.sub(escape, text)
+
+
+def plain(value: Any, *, keep: str = "", style: str = "") -> Text:
+    """``value`` as a Rich Text: never parsed as markup, control characters escaped."""
+    from rich.text import Text
+
+    return Text(printable(str(value), keep=keep), style=style)
 
 
 def _err() -> Console:
@@ -39,21 +66,26 @@ def _out() -> Console:
 def error(message: str) -> None:
     """One line on stderr; red on a terminal."""
     console = _err()
-    console.print(f"wfctl: error: {message}", style="bold red" if console.is_terminal else None, markup=False)
+    console.print(
+        plain(f"wfctl: error: {message}", keep="\n\t", style="bold red" if console.is_terminal else "")
+    )
 
 
 def warn(message: str) -> None:
     console = _err()
-    console.print(f"wfctl: warning: {message}", style="yellow" if console.is_terminal else None, markup=False)
+    console.print(
+        plain(f"wfctl: warning: {message}", keep="\n\t", style="yellow" if console.is_terminal else "")
+    )
 
 
 def notice(message: str) -> None:
-    _err().print(f"wfctl: {message}", markup=False)
+    _err().print(plain(f"wfctl: {message}", keep="\n\t"))
 
 
 def line(text: str) -> None:
-    """One line of data on stdout, without Rich interpreting it."""
-    sys.stdout.write(text + "\n")
+    """One line of data on stdout, without Rich interpreting it (control characters escaped, the
+    line feed included: one call, one line)."""
+    sys.stdout.write(printable(text) + "\n")
     sys.stdout.flush()
 
 
@@ -71,8 +103,11 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def to_json(value: Any) -> str:
-    return json.dumps(value, default=_default, indent=2, ensure_ascii=False)
+def to_json(value: Any, indent: int | None = 2) -> str:
+    """JSON text; the control characters json.dumps leaves raw (DEL, C1) escaped as ``\\u00NN``
+    too (they can only occur inside strings, so the text stays valid and means the same)."""
+    text = json.dumps(value, default=_default, indent=indent, ensure_ascii=False)
+    return _JSON_RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def print_json(value: Any) -> None:
@@ -80,20 +115,21 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
-def cell(value: Any) -> str | Text:
+def cell(value: Any) -> Text:
+    """A table cell: always text (stored strings are not markup), control characters escaped."""
     from rich.text import Text
 
     if isinstance(value, Text):
         return value
     if value is None:
-        return "-"
+        return Text("-")
     if isinstance(value, datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return Text(value.astimezone().strftime("%Y-%m-%d %H:%M:%S"))
     if isinstance(value, float | Decimal):
-        return f"{value:.2f}"
+        return Text(f"{value:.2f}")
     if isinstance(value, list | dict):
-        return json.dumps(value, default=_default)
-    return str(value)
+        return Text(to_json(value, indent=None))
+    return plain(value)
 
 
 def table(
@@ -106,7 +142,11 @@ def table(
     """A Rich table on stdout."""
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", title_style="bold", header_style="bold")
+    grid = Table(
+        title=None if title is None else plain(title, style="bold"),  # a Text keeps its own style
+        title_justify="left",
+        header_style="bold",
+    )
     for index, name in enumerate(columns):
         align = justify[index] if justify else "left"
         # ids are copied from the screen: never cut one, let the other columns wrap instead
@@ -120,7 +160,12 @@ def table(
 def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", title_style="bold", show_header=False, box=None)
+    grid = Table(
+        title=None if title is None else plain(title, style="bold"),  # a Text keeps its own style
+        title_justify="left",
+        show_header=False,
+        box=None,
+    )
     grid.add_column(style="bold")
     grid.add_column()
     for key, value in pairs:
@@ -158,9 +203,7 @@ _NUM = "right"
 
 
 def styled(word: Any) -> Text:
-    from rich.text import Text
-
-    return Text(str(word), style=STATUS_STYLES.get(str(word), ""))
+    return plain(word, style=STATUS_STYLES.get(str(word), ""))
 
 
 def seconds(value: Any) -> str:
@@ -250,11 +293,12 @@ def stuck_table(rows: Sequence[dict[str, Any]], title: str) -> None:
     )
 
 
-def _first_line(message: Any, width: int = 60) -> str | None:
+def _first_line(message: Any, width: int = 60) -> Text | None:
+    """The first line of a stored message (cut at a line feed only), escaped, at most ``width``."""
     if not message:
         return None
-    first = str(message).strip().splitlines()[0] if str(message).strip() else ""
-    return first if len(first) <= width else first[: width - 1] + "…"
+    first = printable(str(message).strip().split("\n")[0].rstrip("\r"))
+    return plain(first if len(first) <= width else first[: width - 1] + "…")
 
 
 def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
@@ -313,7 +357,8 @@ def workflow_detail(detail: WorkflowDetail) -> None:
             ("run at", w["run_at"]),
             ("started", w["started_at"]),
             ("finished", w["finished_at"]),
-            ("duration", seconds(w["duration_seconds"])),
+            ("duration", seconds(w["duration_seconds"])),  # time in steps
+            ("elapsed", seconds(w["elapsed_seconds"])),  # first claim to finish (or now)
             ("updated", w["updated_at"]),
             ("owner", w["lease_owner"]),
             ("lease epoch", w["lease_epoch"]),
@@ -323,15 +368,15 @@ def workflow_detail(detail: WorkflowDetail) -> None:
         if value is None:
             continue
         out.print(Text(label, style="bold"))
-        out.print(Text(json.dumps(value, indent=2, default=_default, ensure_ascii=False)))
+        out.print(Text(to_json(value)))
     if w["error_message"]:
         out.print(Text("Error", style="bold red"))
-        out.print(Text(str(w["error_message"]), style="red"))
+        out.print(plain(w["error_message"], keep="\n\t", style="red"))
     if not detail.steps:
         notice("no steps recorded yet")
         return
     ends = [float(s["offset_seconds"] or 0) + float(s["duration_seconds"] or 0) for s in detail.steps]
-    span = max([*ends, float(w["duration_seconds"] or 0)]) if w["finished_at"] else max(ends)
+    span = max([*ends, float(w["elapsed_seconds"] or 0)]) if w["finished_at"] else max(ends)
     table(
         f"Steps (timeline: {format_duration(span)} from the first claim)",
         ["#", "step", "status", "attempt", "offset", "duration", "timeline", "error"],

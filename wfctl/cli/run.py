@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 from uuid import UUID
 
 import psycopg
@@ -14,16 +15,17 @@ import typer
 from wfctl import client, recovery, schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
-from wfctl.config import write_config
-from wfctl.connection import describe, mask_dsn
-from wfctl.durations import parse_duration
+from wfctl.config import recorded_dsn, unrecorded_libpq_env, write_config
+from wfctl.connection import describe_connection, mask_dsn
+from wfctl.durations import MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import AppError, ConfigError, UsageError
 from wfctl.queries import q
 from wfctl.registry import load_app
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.runner import Worker, WorkerOptions
 
-SUBMIT_BATCH = 1000
+SUBMIT_BATCH = 1000  # workflows per INSERT of an --input-file ...
+SUBMIT_BATCH_BYTES = 4_000_000  # ... and at most about this many bytes of input JSON
 
 
 def init(
@@ -40,13 +42,15 @@ def init(
     Safe to run several at once and to re-run: an up-to-date database is left unchanged.
     """
     session = Session.create(dsn, config, json)
+    for role in grant or []:
+        client.check_text(role, "--grant")
     cfg = session.config(must_exist=False)
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
         for role in grant or []:
             schema.grant_worker(conn, role)
-        where = "the embedded PostgreSQL" if target.embedded else describe(session.dsn())
+        where = "the embedded PostgreSQL" if target.embedded else describe_connection(conn)
     written = None
     if not cfg.exists:
         try:
@@ -76,8 +80,15 @@ def init(
         verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
         render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
     if written:
-        what = "the embedded PostgreSQL" if target.embedded else mask_dsn(target.dsn)
+        recorded = recorded_dsn(target)
+        what = "the embedded PostgreSQL" if recorded is None else mask_dsn(recorded) or "libpq's defaults"
         render.notice(f"wrote {written} (database: {what})")
+        unrecorded = unrecorded_libpq_env() if target.source == "PG* environment" else []
+        if unrecorded:
+            render.notice(
+                f"not recorded in {written.name}: {', '.join(unrecorded)} (a job without them in "
+                "its environment connects without them; a password belongs in ~/.pgpass or PGPASSFILE)"
+            )
 
 
 def submit(
@@ -118,21 +129,17 @@ def submit(
     client.check_int(priority, "--priority")
     client.check_int(max_retries, "--max-retries", minimum=0)
     client.check_type(workflow_type)
+    client.check_key(key)
     delay_value = parse_duration(delay, what="--delay") if delay is not None else None
-    if input_file is not None:
-        inputs = client.parse_jsonl(
-            _read_input_file(input_file), "stdin" if input_file == "-" else input_file
-        )
-    else:
-        inputs = [client.parse_input(input_json) if input_json is not None else "null"]
-    with session.connect() as conn:
-        if not force:
-            _check_known_type(conn, workflow_type)
-        if input_file is None:
+    if input_file is None:
+        single = client.parse_input(input_json) if input_json is not None else "null"
+        with session.connect() as conn:
+            if not force:
+                _check_known_type(conn, workflow_type)
             done = client.submit_one(
                 conn,
                 workflow_type,
-                inputs[0],
+                single,
                 key=key,
                 delay=delay_value,
                 priority=priority,
@@ -142,12 +149,18 @@ def submit(
                 render.notice(
                     f"key {key!r} was used before: this is the existing workflow, nothing new was stored"
                 )
-            if session.json:
-                render.print_json({"id": str(done.id), "created": done.created})
-            else:
-                render.line(str(done.id))
-            return
-        ids = _submit_batches(conn, workflow_type, inputs, delay_value, priority, max_retries)
+        if session.json:
+            render.print_json({"id": str(done.id), "created": done.created})
+        else:
+            render.line(str(done.id))
+        return
+    source = "stdin" if input_file == "-" else input_file
+    with _open_input_file(input_file) as stream:
+        spool = client.read_jsonl(stream, source)  # every line checked before anything is stored
+    with spool, session.connect() as conn:
+        if not force:
+            _check_known_type(conn, workflow_type)
+        ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries)
     if session.json:
         render.print_json({"ids": [str(i) for i in ids], "count": len(ids)})
     else:
@@ -156,13 +169,18 @@ def submit(
         render.notice(f"submitted {len(ids)} workflow(s) of type {workflow_type!r}")
 
 
-def _read_input_file(path: str) -> bytes:
+@contextmanager
+def _open_input_file(path: str) -> Iterator[IO[bytes]]:
+    """The --input-file as a binary stream, read line by line (``-``: stdin)."""
     if path == "-":
-        return sys.stdin.buffer.read()
+        yield sys.stdin.buffer
+        return
     try:
-        return Path(path).read_bytes()
+        stream = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise UsageError(f"cannot read --input-file {path}: {exc.strerror}") from None
+    with stream:
+        yield stream
 
 
 def _check_known_type(conn: psycopg.Connection[Any], workflow_type: str) -> None:
@@ -177,15 +195,14 @@ def _check_known_type(conn: psycopg.Connection[Any], workflow_type: str) -> None
 def _submit_batches(
     conn: psycopg.Connection[Any],
     workflow_type: str,
-    inputs: list[str],
+    inputs: client.SpooledInputs,
     delay: timedelta | None,
     priority: int,
     max_retries: int | None,
 ) -> list[UUID]:
     ids: list[UUID] = []
-    with conn.transaction(), render.progress("submitting", total=len(inputs)) as advance:
-        for start in range(0, len(inputs), SUBMIT_BATCH):
-            chunk = inputs[start : start + SUBMIT_BATCH]
+    with conn.transaction(), render.progress("submitting", total=inputs.count) as advance:
+        for chunk in inputs.batches(SUBMIT_BATCH, SUBMIT_BATCH_BYTES):
             ids.extend(
                 client.submit_many(
                     conn, workflow_type, chunk, delay=delay, priority=priority, max_retries=max_retries
@@ -242,6 +259,8 @@ def worker(
     if fmt not in ("auto", "rich", "plain", "json"):
         raise UsageError(f"--log-format {fmt!r}: use auto, rich, plain or json")
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else cfg.get("worker", "types")
+    for name in wanted or []:
+        client.check_text(name, "--types")
     registry = load_app(module)
     if wanted:
         unknown = [t for t in wanted if registry.get(t) is None]
@@ -285,7 +304,7 @@ def recover(
 ) -> None:
     """Requeue running workflows whose worker died (for cron: silent when there is nothing to do)."""
     session = Session.create(dsn, config, json)
-    threshold = parse_duration(stale, what="--stale", allow_zero=False)
+    threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
     with session.connect() as conn:
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
     if session.json:

@@ -50,3 +50,13 @@ def test_numbers_postgres_cannot_hold_are_usage_errors(cli, dsn, conn, given):
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
     assert conn.execute("SELECT count(*) FROM workflows").fetchone() == (0,)
+
+
+def test_show_prints_stored_numbers_with_every_digit(cli, dsn):
+    wid = cli("submit", "anything", '{"x": 0.12345678901234567890123, "n": 7}', "--dsn", dsn).stdout.strip()
+    table = cli("show", wid, "--dsn", dsn)
+    assert table.exit_code == 0, table.output
+    assert "0.12345678901234567890123" in table.stdout
+    as_json = cli("show", wid, "--json", "--dsn", dsn)
+    assert as_json.exit_code == 0, as_json.output
+    assert '"x": 0.12345678901234567890123' in as_json.stdout and '"n": 7' in as_json.stdout

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -113,12 +114,18 @@ def _big_int(digits: str) -> int | str:
     return f"{digits[:20]}... (an integer of {size} digits: not shown)"
 
 
+def _exact_json(data: str | bytes) -> Any:
+    """Load a stored JSON value with its fractional numbers as Decimal: ``show`` prints them
+    with every digit stored (a float would print 0.12345678901234567890123 as ...568)."""
+    return json.loads(data, parse_float=Decimal)
+
+
 def _readable_json(data: str | bytes) -> Any:
     """Load a stored JSON value for ``show`` when json.loads cannot (too deep, or an integer too
     long for Python) or the value is too deep to draw: parts deeper than SHOW_JSON_DEPTH and
     long integers are replaced by strings saying what was left out."""
     text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    return json.loads(truncate_json(text), parse_int=_big_int)
+    return json.loads(truncate_json(text), parse_int=_big_int, parse_float=Decimal)
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -208,7 +215,7 @@ def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
     ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
     with _snapshot(conn):
         try:
-            detail = _detail(conn, ident)
+            detail = _detail(conn, ident, json_loads=_exact_json)
         except (RecursionError, ValueError):
             # a stored value Python cannot read whole (nested deeper than the recursion limit,
             # or an integer of more than 4300 digits): show what can be shown

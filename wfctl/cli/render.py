@@ -103,10 +103,27 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
+_PLACEHOLDER = re.compile(r'"\\u0000\d+\\u0000"')
+
+
 def to_json(value: Any, indent: int | None = 2) -> str:
     """JSON text; the control characters json.dumps leaves raw (DEL, C1) escaped as ``\\u00NN``
-    too (they can only occur inside strings, so the text stays valid and means the same)."""
-    text = json.dumps(value, default=_default, indent=indent, ensure_ascii=False)
+    too (they can only occur inside strings, so the text stays valid and means the same).
+    A finite Decimal (a stored number read exactly) is written with all its digits: it goes
+    through json.dumps as a placeholder string, replaced afterwards by the number's text (a
+    placeholder holds U+0000, which no stored string can)."""
+    exact: dict[str, str] = {}
+
+    def default(item: Any) -> Any:
+        if isinstance(item, Decimal) and item.is_finite():
+            token = f"\x00{len(exact)}\x00"
+            exact[json.dumps(token)] = str(item)
+            return token
+        return _default(item)
+
+    text = json.dumps(value, default=default, indent=indent, ensure_ascii=False)
+    if exact:
+        text = _PLACEHOLDER.sub(lambda m: exact.get(m.group(), m.group()), text)
     return _JSON_RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

@@ -21,8 +21,10 @@ from wfctl.durations import MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import AppError, ConfigError, UsageError
 from wfctl.queries import q
 from wfctl.registry import load_app
+from wfctl.worker import options as worker_options
 from wfctl.worker.log import WorkerLog
-from wfctl.worker.runner import Worker, WorkerOptions
+from wfctl.worker.options import default_text
+from wfctl.worker.runner import Worker
 
 SUBMIT_BATCH = 1000  # workflows per INSERT of an --input-file ...
 SUBMIT_BATCH_BYTES = 4_000_000  # ... and at most about this many bytes of input JSON
@@ -217,17 +219,28 @@ def worker(
         str | None, typer.Option("--app", help="Module that registers the workflows (default: [worker] app).")
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", help="Workflows run at once (default 8).")
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", help=f"Workflows run at once (default {default_text('concurrency')})."
+        ),
     ] = None,
     types: Annotated[str | None, typer.Option("--types", help="Only these types, comma-separated.")] = None,
     heartbeat_every: Annotated[
-        str | None, typer.Option("--heartbeat", help="Heartbeat interval (default 10s).")
+        str | None,
+        typer.Option("--heartbeat", help=f"Heartbeat interval (default {default_text('heartbeat')})."),
     ] = None,
     grace: Annotated[
-        str | None, typer.Option("--grace", help="On SIGTERM, how long running steps may take (default 30s).")
+        str | None,
+        typer.Option(
+            "--grace",
+            help=f"On SIGTERM, how long running steps may take (default {default_text('grace')}).",
+        ),
     ] = None,
     poll: Annotated[
-        str | None, typer.Option("--poll", help="Polling interval, the fallback to LISTEN (default 1s).")
+        str | None,
+        typer.Option(
+            "--poll", help=f"Polling interval, the fallback to LISTEN (default {default_text('poll')})."
+        ),
     ] = None,
     burst: Annotated[bool, typer.Option("--burst", help="Exit 0 once no runnable work is left.")] = False,
     no_listen: Annotated[
@@ -252,43 +265,32 @@ def worker(
         raise AppError(
             "no --app given and no [worker] app in wfctl.toml: which module registers the workflows?"
         )
-    n = concurrency if concurrency is not None else cfg.get("worker", "concurrency", 8)
-    if n < 1 or n > 1000:
-        raise UsageError("--concurrency must be between 1 and 1000")
-    fmt = log_format or cfg.get("worker", "log_format", "auto")
-    if fmt not in ("auto", "rich", "plain", "json"):
-        raise UsageError(f"--log-format {fmt!r}: use auto, rich, plain or json")
-    wanted = [t.strip() for t in types.split(",") if t.strip()] if types else cfg.get("worker", "types")
-    for name in wanted or []:
+    wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    options = worker_options.resolve(
+        cfg.data.get("worker", {}),
+        concurrency=concurrency,
+        types=wanted,
+        heartbeat=heartbeat_every,
+        grace=grace,
+        poll=poll,
+        no_listen=no_listen,
+        burst=burst,
+        log_format=log_format,
+    )
+    for name in options.types or []:
         client.check_text(name, "--types")
     registry = load_app(module)
-    if wanted:
-        unknown = [t for t in wanted if registry.get(t) is None]
+    if options.types:
+        unknown = [t for t in options.types if registry.get(t) is None]
         if unknown:
             raise UsageError(
                 f"--types names {', '.join(unknown)}, which {module} does not register "
                 f"(it registers: {', '.join(registry.names())})"
             )
-    options = WorkerOptions(
-        concurrency=n,
-        types=wanted or None,
-        heartbeat=_seconds(heartbeat_every, cfg.get("worker", "heartbeat"), "10s", "--heartbeat"),
-        grace=_seconds(grace, cfg.get("worker", "grace"), "30s", "--grace", allow_zero=True),
-        poll=_seconds(poll, cfg.get("worker", "poll"), "1s", "--poll"),
-        listen=not no_listen and cfg.get("worker", "listen", True),
-        burst=burst,
-        prepare=not no_listen and cfg.get("worker", "listen", True),
-    )
     dsn_value = session.dsn()
-    code = Worker(dsn_value, registry, options, WorkerLog(fmt, quiet=quiet)).run()  # type: ignore[arg-type]
+    log = WorkerLog(options.log_format, quiet=quiet)  # type: ignore[arg-type]
+    code = Worker(dsn_value, registry, options, log).run()
     raise typer.Exit(code)
-
-
-def _seconds(
-    option: str | None, configured: str | None, default: str, what: str, *, allow_zero: bool = False
-) -> float:
-    text = option or configured or default
-    return parse_duration(text, what=what, allow_zero=allow_zero).total_seconds()
 
 
 def recover(

@@ -22,7 +22,6 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 from uuid import UUID
@@ -36,8 +35,13 @@ from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import claims, heartbeat
 from wfctl.worker.checkpoints import Request, flush, merge
+from wfctl.worker.duties import Duties, Duty
 from wfctl.worker.execution import Execution
 from wfctl.worker.log import WorkerLog
+from wfctl.worker.options import WorkerOptions
+from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
+
+__all__ = ["GaveUp", "Worker", "WorkerOptions"]
 
 Key = tuple[UUID, int]  # one execution: workflow id and the lease epoch it runs under
 
@@ -49,22 +53,6 @@ class GaveUp(Exception):
 RECONNECT_MAX_DELAY = 5.0
 STUCK_CANCEL_AFTER = 2.0  # after the grace period, a statement still waiting is cancelled...
 STUCK_EXIT_AFTER = 5.0  # ...and if the database still does not answer, the worker exits
-
-COALESCE_GAP = 0.0003  # seconds without a new write after which a group commit goes out
-COALESCE_MAX = 0.002  # the longest a write waits for company
-
-
-@dataclass
-class WorkerOptions:
-    concurrency: int = 8
-    types: list[str] | None = None
-    heartbeat: float = 10.0
-    grace: float = 30.0
-    poll: float = 1.0
-    listen: bool = True
-    burst: bool = False
-    prepare: bool = True
-    max_batch: int = 256
 
 
 class Worker:
@@ -103,11 +91,21 @@ class Worker:
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
-        self._need_beat = False  # check the leases at the next turn of the loop
         self._pooled = False  # found a transaction pooler in between: poll, prepare nothing
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
-        self._next_poll = 0.0
-        self._next_beat = 0.0
+        # periodic duties, in the order they run when several are due: the heartbeat first
+        # (after a pause, a reconnect or a fenced write, learn which leases are gone before a
+        # claimed-ahead workflow is handed to a thread); polling for work is decided by the
+        # claim policy, and only wakes the loop while there is room to claim
+        self.duties = Duties(time.monotonic)
+        self.heartbeat = self.duties.add(Duty("heartbeat", options.heartbeat, self._beat))
+        self.poll = Duty(
+            "poll",
+            options.poll,
+            lambda: None,
+            active=lambda: not self.stopping.is_set() and self._free_slots() > 0,
+        )
+        self.duties.add_timer(self.poll)
         self._more = True
         self._announced_stop = False  # the watchdog has logged the signal (never the handler)
         self._signal_r = -1
@@ -289,7 +287,7 @@ class Worker:
                 delay = min(delay * 2, RECONNECT_MAX_DELAY)
                 continue
             self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
-            self._need_beat = True
+            self.heartbeat.soon()
             self._more = True
             return
 
@@ -332,7 +330,7 @@ class Worker:
             thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        self._beat()
+        self.heartbeat.run(time.monotonic())
         mode = "listen+poll" if self._listening() else "poll only"
         self.log.info(
             f"worker {self.me.id} ready",
@@ -353,10 +351,7 @@ class Worker:
 
     def _loop(self) -> None:
         while True:
-            if self._need_beat or time.monotonic() >= self._next_beat:
-                # first: after a pause, a reconnect or a fenced write, learn which leases are
-                # gone before a claimed-ahead workflow is handed to a thread
-                self._beat()
+            self.duties.run_due()
             self._harvest()
             if self.requests:
                 self._coalesce()
@@ -387,28 +382,27 @@ class Worker:
 
     def _coalesce(self) -> None:
         """Group commit: before flushing, give the other running workflows a moment to reach
-        their next write, so that one commit carries as many checkpoints as possible. Stops as
-        soon as every running workflow is waiting, or nobody arrived within COALESCE_GAP (the
-        others are busy in long steps), and never waits more than COALESCE_MAX in all."""
-        deadline = time.monotonic() + COALESCE_MAX
+        their next write, so that one commit carries as many checkpoints as possible (when to
+        stop waiting is ``policy.flush_now``)."""
+        started = last = time.monotonic()
+        seen = len(self.requests)
         while True:
             self._harvest()
-            if len(self.requests) >= self.active or len(self.requests) >= self.options.max_batch:
+            now = time.monotonic()
+            if len(self.requests) != seen:
+                seen, last = len(self.requests), now
+            state = Coalesce(seen, self.active, self.options.max_batch, started, last)
+            if flush_now(state, now):
                 return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            before = len(self.requests)
+            wait = min(COALESCE_GAP - (now - last), COALESCE_MAX - (now - started))
             self._sleeping = True
             try:
-                if len(self.requests) == before:
-                    ready, _, _ = select.select([self._wake_r], [], [], min(COALESCE_GAP, remaining))
+                if len(self.requests) == seen:
+                    ready, _, _ = select.select([self._wake_r], [], [], max(0.0, wait))
                     if ready:
                         self._drain_wake_pipe()
             finally:
                 self._sleeping = False
-            if len(self.requests) == before:
-                return
 
     def _drain_wake_pipe(self) -> None:
         try:
@@ -418,16 +412,17 @@ class Worker:
             pass
 
     def _free_slots(self) -> int:
-        """Room to claim: threads, plus as many claimed-ahead workflows waiting for a thread."""
-        return 2 * self.options.concurrency - len(self.running)
+        return free_slots(self.options.concurrency, len(self.running))
 
     def _should_claim(self, now: float) -> bool:
-        free = self._free_slots()
-        if free <= 0:
-            return False
-        if self.backlog and free < max(1, self.options.concurrency // 2):
-            return False  # the backlog still feeds the threads: claim in bigger batches
-        return self._more or self._wakeups > 0 or now >= self._next_poll
+        return should_claim(
+            concurrency=self.options.concurrency,
+            held=len(self.running),
+            backlog=len(self.backlog),
+            more=self._more,
+            wakeups=self._wakeups,
+            poll_due=self.poll.is_due(now),
+        )
 
     def _start_ready(self) -> None:
         if self.stopping.is_set():
@@ -452,7 +447,7 @@ class Worker:
     def _claim(self) -> int:
         limit = self._free_slots()
         self._wakeups = 0
-        self._next_poll = time.monotonic() + self.options.poll
+        self.poll.ran(time.monotonic())
         try:
             batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit)
         except psycopg.Error as exc:
@@ -487,7 +482,7 @@ class Worker:
             self._refused("write", exc)
             self._flush_one_by_one(batch)
         if any(not r.ok for r in batch):
-            self._need_beat = True  # a fenced write: other leases of ours may be gone too
+            self.heartbeat.soon()  # a fenced write: other leases of ours may be gone too
 
     def _flush_one_by_one(self, batch: list[Request]) -> None:
         failed: dict[Key, BaseException] = {}
@@ -512,8 +507,6 @@ class Worker:
         return heartbeat.beat(conn, self.me, self.options.concurrency, list(self.types))
 
     def _beat(self) -> None:
-        self._next_beat = time.monotonic() + self.options.heartbeat
-        self._need_beat = False
         try:
             owned = self._with_db("heartbeat", self._beat_once)
         except psycopg.Error as exc:
@@ -557,7 +550,7 @@ class Worker:
             elif execution.outcome == "lost":
                 # normally the run went elsewhere; the next beat checks that it really did
                 self.unsettled[execution.key] = execution
-                self._need_beat = True
+                self.heartbeat.soon()
             else:
                 self._more = True  # a slot is free: there may be more waiting
         self._start_ready()
@@ -580,12 +573,10 @@ class Worker:
 
     def _wait(self) -> None:
         now = time.monotonic()
-        deadlines = [self._next_beat]
-        if not self.stopping.is_set() and self._free_slots() > 0:
-            deadlines.append(self._next_poll)
+        wake_at = self.duties.next_due()
         if self.stop_deadline is not None:
-            deadlines.append(self.stop_deadline)
-        timeout = max(0.0, min(deadlines) - now)
+            wake_at = min(wake_at, self.stop_deadline)
+        timeout = max(0.0, wake_at - now)
         watch = [self._wake_r]
         conn = self.conn
         if self._listening() and conn is not None and not conn.closed:

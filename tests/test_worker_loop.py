@@ -1,0 +1,107 @@
+"""The worker loop's scheduling decisions, without processes or a database: its periodic
+duties on a fake clock, whether it claims, and whether a group commit waits or goes out."""
+
+from __future__ import annotations
+
+import pytest
+
+from wfctl.errors import UsageError
+from wfctl.worker.duties import Duties, Duty
+from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
+from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, should_claim
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_duties_run_when_due_and_the_loop_sleeps_until_the_earliest():
+    clock = FakeClock()
+    runs: list[str] = []
+    duties = Duties(clock)
+    beat = duties.add(Duty("heartbeat", 10.0, lambda: runs.append("beat")))
+    sweep = duties.add(Duty("sweep", 3.0, lambda: runs.append("sweep")))
+    assert duties.run_due() == ["heartbeat", "sweep"]  # everything is due at start
+    assert duties.next_due() == clock.now + 3.0
+    clock.now += 2.9
+    assert duties.run_due() == []
+    clock.now += 0.1
+    assert duties.run_due() == ["sweep"]
+    assert duties.next_due() == clock.now + 3.0
+    beat.soon()  # e.g. after a reconnect: at the next turn, whatever the time
+    assert duties.next_due() == float("-inf")
+    assert duties.run_due() == ["heartbeat"]
+    assert beat.next_at == clock.now + 10.0 and sweep.next_at > clock.now
+    assert runs == ["beat", "sweep", "sweep", "beat"]
+
+
+def test_an_inactive_timer_does_not_wake_the_loop():
+    clock = FakeClock()
+    room = [True]
+    duties = Duties(clock)
+    duties.add(Duty("heartbeat", 10.0, lambda: None))
+    poll = duties.add_timer(Duty("poll", 1.0, lambda: None, active=lambda: room[0]))
+    duties.run_due()
+    poll.ran(clock.now)
+    assert duties.next_due() == clock.now + 1.0
+    room[0] = False  # every slot taken: polling is pointless
+    assert duties.next_due() == clock.now + 10.0
+    assert "poll" not in duties.run_due()  # a timer is acted on by the loop, not run
+
+
+@pytest.mark.parametrize(
+    ("held", "backlog", "more", "wakeups", "poll_due", "expected"),
+    [
+        (0, 0, False, 0, False, False),  # idle, nothing announced, poll not due: sleep
+        (0, 0, False, 0, True, True),  # the poll interval is up
+        (0, 0, False, 1, False, True),  # a NOTIFY arrived
+        (0, 0, True, 0, False, True),  # the last claim came back full
+        (16, 8, True, 5, True, False),  # no room at all (2 x concurrency held)
+        (13, 5, True, 0, True, False),  # a backlog still feeds the threads, room for 3 < 4
+        (12, 4, True, 0, True, True),  # room for a batch of 4 (concurrency // 2)
+        (8, 0, False, 0, True, True),  # threads busy, nothing waiting: claim ahead
+    ],
+)
+def test_claim_or_not(held, backlog, more, wakeups, poll_due, expected):
+    decided = should_claim(
+        concurrency=8, held=held, backlog=backlog, more=more, wakeups=wakeups, poll_due=poll_due
+    )
+    assert decided is expected
+
+
+def test_coalesce_or_flush():
+    t0 = 50.0
+    # every running workflow has written: nobody else can come
+    assert flush_now(Coalesce(4, 4, 256, t0, t0), t0)
+    # the batch is full
+    assert flush_now(Coalesce(256, 300, 256, t0, t0), t0)
+    # others may still write, one arrived just now: wait
+    assert not flush_now(Coalesce(2, 4, 256, t0, t0), t0 + COALESCE_GAP / 2)
+    # nobody arrived within the gap (the others are in long steps): go
+    assert flush_now(Coalesce(2, 4, 256, t0, t0), t0 + COALESCE_GAP)
+    # arrivals keep coming, but the whole wait is capped
+    assert not flush_now(Coalesce(3, 8, 256, t0, t0 + 0.0019), t0 + 0.00195)
+    assert flush_now(Coalesce(3, 8, 256, t0, t0 + COALESCE_MAX), t0 + COALESCE_MAX)
+
+
+def test_options_flags_over_config_over_defaults():
+    assert resolve({}) == DEFAULTS
+    got = resolve({"concurrency": 4, "heartbeat": "5s", "poll": "250ms", "listen": False}, heartbeat="2s")
+    assert (got.concurrency, got.heartbeat, got.poll, got.listen, got.prepare) == (4, 2.0, 0.25, False, False)
+    assert resolve({"concurrency": 4}, concurrency=2, no_listen=True).concurrency == 2
+    assert resolve({}, grace="0s").grace == 0.0
+    assert default_text("heartbeat") == "10s" and default_text("concurrency") == "8"
+    with pytest.raises(UsageError, match="--concurrency"):
+        WorkerOptions(concurrency=0)
+    with pytest.raises(UsageError, match="--log-format"):
+        resolve({"log_format": "xml"})
+
+
+def test_the_help_quotes_the_defaults(cli):
+    text = cli("worker", "--help").stdout
+    for name, flag in (("concurrency", "--concurrency"), ("heartbeat", "--heartbeat"), ("poll", "--poll")):
+        assert f"(default {default_text(name)})" in " ".join(text.split()), flag

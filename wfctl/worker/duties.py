@@ -1,0 +1,86 @@
+"""The worker loop's periodic duties: things it does now and then, each with a due time.
+
+A duty is due at a time on the loop's monotonic clock, or at once when something asked for it
+(``soon()``: a heartbeat right after a reconnect or a fenced write). The loop runs the duties
+that are due at each turn and sleeps until the earliest due time of the duties that are
+active. Heartbeat and polling for work are duties today; a recovery sweep, schedules and
+deadline enforcement are one more ``Duty`` each: a name, an interval, an action, a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+
+
+class Duty:
+    """``action`` every ``interval`` seconds; ``active`` says whether the loop should wake up
+    for it at all (polling for work is pointless while every slot is taken)."""
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        action: Callable[[], object],
+        *,
+        active: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.name = name
+        self.interval = interval
+        self.action = action
+        self.active = active
+        self.next_at = 0.0  # due at once when the loop starts
+        self.urgent = False
+
+    def soon(self) -> None:
+        """Run at the next turn of the loop, whatever the time."""
+        self.urgent = True
+
+    def is_due(self, now: float) -> bool:
+        return self.urgent or now >= self.next_at
+
+    def due_at(self) -> float:
+        return float("-inf") if self.urgent else self.next_at
+
+    def ran(self, now: float) -> None:
+        """Record a run at ``now`` (also when the action ran outside ``Duties.run_due``)."""
+        self.urgent = False
+        self.next_at = now + self.interval
+
+    def run(self, now: float) -> None:
+        self.ran(now)
+        self.action()
+
+
+class Duties:
+    """The loop's duties, in the order they run when several are due."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.items: list[Duty] = []
+        self.timers: list[Duty] = []
+
+    def add(self, duty: Duty) -> Duty:
+        self.items.append(duty)
+        return duty
+
+    def add_timer(self, duty: Duty) -> Duty:
+        """A duty the loop acts on itself (polling: the claim policy decides, and records the
+        run); it only counts for when the loop wakes up."""
+        self.timers.append(duty)
+        return duty
+
+    def run_due(self) -> list[str]:
+        """Run every duty that is due now; the names of those that ran."""
+        ran = []
+        for duty in self.items:
+            if duty.is_due(self.clock()):
+                duty.run(self.clock())
+                ran.append(duty.name)
+        return ran
+
+    def next_due(self) -> float:
+        """The earliest due time of the active duties (inf when none is active)."""
+        times = [d.due_at() for d in self.items + self.timers if d.active()]
+        return min(times, default=float("inf"))

@@ -19,30 +19,38 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import APPS, TEST_SETTINGS, Result, Server, free_port, with_db
+import servers
+from helpers import (
+    TEST_SETTINGS,
+    Result,
+    Server,
+    complete_lines,
+    free_port,
+    isolated_env,
+    wfctl_command,
+    wfctl_process,
+    with_db,
+)
 from typer.testing import CliRunner
 
 from wfctl import schema
 from wfctl.cli.app import app
-from wfctl.embedded import EmbeddedServer
 from wfctl.queries import composed
 
 
-def _start_embedded(tmp: Path) -> tuple[EmbeddedServer, str]:
-    port = free_port()
-    server = EmbeddedServer(tmp / "wfctl-test-server", settings=TEST_SETTINGS, port=port)
-    server.ensure_running()
-    hba = server.pgdata / "pg_hba.conf"
+def _start_embedded(base: Path) -> servers.Embedded:
+    server = servers.Embedded.init(base, "wfctl-test-server", settings=TEST_SETTINGS, port=free_port())
+    hba = server.data / "pg_hba.conf"
     hba.write_text("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
-    with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+    with server.connect() as conn:
         conn.execute("SELECT pg_reload_conf()")
-    return server, server.dsn("postgres")
+    return server
 
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env_dsn = os.environ.get("WFCTL_TEST_DSN")
-    embedded: EmbeddedServer | None = None
+    embedded: servers.Embedded | None = None
     if env_dsn:
         admin = env_dsn
     else:
@@ -50,7 +58,8 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         # a helper) resets that tree to 0700, and the server's own user would lose its files.
         home = Path(tempfile.mkdtemp(prefix="wfctl-test-pg-"))
         home.chmod(0o755)
-        embedded, admin = _start_embedded(home)
+        embedded = _start_embedded(home)
+        admin = embedded.dsn("postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         row = conn.execute(
             "SELECT current_setting('listen_addresses'), current_setting('port')::int,"
@@ -63,8 +72,8 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield Server(admin_dsn=admin, tcp_port=tcp, version_num=version_num)
     finally:
         if embedded is not None:
-            embedded.stop()
-            shutil.rmtree(embedded.home.parent, ignore_errors=True)
+            embedded.close()
+            shutil.rmtree(embedded.base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -151,39 +160,17 @@ class Workers:
         self.tmp = tmp
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
-        env.update(WFCTL_DSN=self.dsn, WFCTL_TEST_LOG=str(self.log), WFCTL_TEST_GATE=str(self.gate))
+        env = isolated_env(WFCTL_DSN=self.dsn, WFCTL_TEST_LOG=str(self.log), WFCTL_TEST_GATE=str(self.gate))
         env.update(extra or {})
         return env
 
     def start(
         self, *args: str, env: dict[str, str] | None = None, app: str = "testflows"
-    ) -> subprocess.Popen[str]:
-        index = len(self.procs)
-        out = open(self.tmp / f"worker{index}.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "wfctl",
-                "worker",
-                "--app",
-                app,
-                "--poll",
-                "100ms",
-                "--heartbeat",
-                "200ms",
-                "--log-format",
-                "plain",
-                *args,
-            ],
-            cwd=APPS,
-            env=self.env(env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        proc.log_path = self.tmp / f"worker{index}.log"  # type: ignore[attr-defined]
+    ) -> subprocess.Popen[bytes]:
+        log_path = self.tmp / f"worker{len(self.procs)}.log"
+        worker = ["worker", "--app", app, "--poll", "100ms", "--heartbeat", "200ms", "--log-format", "plain"]
+        proc = wfctl_process([*worker, *args], env=self.env(env), log_path=log_path)
+        proc.log_path = log_path  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
 
@@ -198,22 +185,11 @@ class Workers:
         return text
 
     def wfctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
-        proc = subprocess.run(
-            [sys.executable, "-m", "wfctl", *args],
-            cwd=APPS,
-            env=self.env(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        return Result(proc.returncode, proc.stdout, proc.stderr)
+        return wfctl_command(*args, env=self.env(env), timeout=timeout)
 
     def effects(self) -> list[tuple[str, str]]:
-        if not self.log.exists():
-            return []
-        text = self.log.read_text()
-        complete = text[: text.rfind("\n") + 1]  # workers may be appending: skip a half line
-        return [tuple(line.split(" ", 1)) for line in complete.splitlines()]  # type: ignore[misc]
+        # workers may be appending: a half-written last line is read next time
+        return [tuple(line.split(" ", 1)) for line in complete_lines(self.log)]  # type: ignore[misc]
 
     def stop_all(self) -> None:
         for proc in self.procs:

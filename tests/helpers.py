@@ -1,24 +1,30 @@
-"""Helpers shared by the tests (importable as ``helpers``: pytest puts tests/ on sys.path)."""
+"""Helpers shared by the tests and the chaos run (importable as ``helpers``: pytest puts tests/
+on sys.path, and so does Python for a script run from there, such as ``python tests/chaos.py``).
+Nothing here imports pytest."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from psycopg import conninfo
 
 HERE = Path(__file__).parent
 REFERENCE_SQL = HERE / "data" / "reference-design.sql"
+APPS = HERE / "apps"
 
-# Settings for the throwaway test server only: durability is not under test here, speed is.
-TEST_SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    "max_connections": "300",
-    "listen_addresses": "127.0.0.1",
-}
+# Settings for a throwaway server where durability is not under test: speed first.
+FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+# The suite's own throwaway server: fast, many connections, and TCP on loopback (where the
+# authentication tests ask for a password).
+TEST_SETTINGS = {**FAST, "max_connections": "300", "listen_addresses": "127.0.0.1"}
 
 
 def free_port() -> int:
@@ -58,9 +64,6 @@ class Result:
         return self.stdout + self.stderr
 
 
-APPS = HERE / "apps"
-
-
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     import time
@@ -73,3 +76,74 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+def isolated_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any ``WFCTL_*`` or ``PG*`` variable, so that a child
+    connects where the test says and not where the developer's shell points; plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
+    env.update(extra)
+    return env
+
+
+def wfctl_command(*args: str, env: dict[str, str], cwd: Path = APPS, timeout: float = 60) -> Result:
+    """Run ``python -m wfctl ARGS`` to its end (from ``tests/apps`` unless told otherwise)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wfctl", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def wfctl_process(
+    args: list[str], *, env: dict[str, str], log_path: Path, cwd: Path = APPS
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m wfctl ARGS`` (a worker) from ``tests/apps``, its stdout and stderr
+    written to ``log_path``."""
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "wfctl", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+# -- reading what the database and the processes wrote --------------------------------------------
+
+
+def rows(dsn: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    """All rows of one statement, on a connection of its own."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
+
+
+def complete_lines(path: Path) -> list[str]:
+    """The lines of a file that processes may still be appending to, up to its last complete
+    line (a half-written last line is read next time)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return text[: text.rfind("\n") + 1].splitlines()
+
+
+class LogWindow:
+    """What a log gained since this object was made (``read`` returns the whole log)."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self.read = read
+        self.start = len(read())
+
+    def new(self) -> str:
+        return self.read()[self.start :]

@@ -1,22 +1,30 @@
-"""Throwaway servers for the PgBouncer and failover tests (importable as ``servers``).
+"""Throwaway servers for the tests and the chaos run (importable as ``servers``).
 
-Each server lives in a temporary directory of its own, listens on a free loopback port, and is
-stopped and deleted by ``close()`` (every class here is a context manager, and the fixtures call
-``close()`` in a finalizer). They are independent of the suite's own server (``WFCTL_TEST_DSN``
-or the embedded PostgreSQL 18):
+Each server lives in a temporary directory of its own and is stopped by ``close()`` (every class
+here is a context manager, and the fixtures call ``close()`` in a finalizer); ``remove(base)``
+deletes the directory. The PostgreSQL servers share one life cycle: ``start()``, ``stop()`` (a
+fast shutdown by default), ``running()``, ``dsn()``, ``connect()``, ``create_database()``,
+``log()``.
 
-- ``Postgres``: Debian's PostgreSQL (``/usr/lib/postgresql/15/bin``, or ``$WFCTL_TEST_PG_BIN``),
-  made with initdb, trusting every loopback and replication connection; ``primary=True`` adds
-  what streaming replication needs, ``standby_of(primary)`` makes a streaming standby with
-  ``pg_basebackup -R``, and ``promote()`` turns it into a primary;
+- ``Embedded``: wfctl's own embedded PostgreSQL 18 (``wfctl.embedded.EmbeddedServer``), on a
+  Unix socket in its data directory: the suite's server when ``WFCTL_TEST_DSN`` is not set
+  (conftest.py), and the chaos run's (tests/chaos.py), which stops and starts it under running
+  workers;
+- ``Postgres``: Debian's PostgreSQL (``/usr/lib/postgresql/15/bin``, or ``$WFCTL_TEST_PG_BIN``)
+  on a free loopback port, made with initdb, trusting every loopback and replication
+  connection; ``primary=True`` adds what streaming replication needs, ``standby_of(primary)``
+  makes a streaming standby with ``pg_basebackup -R``, and ``promote()`` turns it into a
+  primary;
 - ``PgBouncer``: Debian's ``pgbouncer`` (1.18) in ``pool_mode = transaction`` in front of a
   server, with a wildcard database entry, so any database of that server is reachable through it.
 
-PostgreSQL and PgBouncer both refuse to run as root: when the tests run as root (CI), the servers
-run as the system user ``postgres`` and their directories belong to it.
+The Debian servers are for the PgBouncer and failover tests. PostgreSQL and PgBouncer both refuse
+to run as root: when the tests run as root (CI), they run as the system user ``postgres`` and
+their directories belong to it (the embedded server sees to its own user, ``wfctlpg``). A missing
+binary skips the test with the command that installs it, unless ``WFCTL_TEST_REQUIRE_SERVERS=1``
+(CI), where it is a failure instead.
 
-A missing binary skips the test with the command that installs it, unless
-``WFCTL_TEST_REQUIRE_SERVERS=1`` (CI), where it is a failure instead.
+Nothing here imports pytest until a binary is missing, so the chaos run works without it.
 """
 
 from __future__ import annotations
@@ -30,20 +38,18 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import psycopg
-import pytest
-from helpers import free_port, wait_for
+from helpers import FAST, free_port, isolated_env, wait_for
 from psycopg import conninfo
 
 PG_BIN = Path(os.environ.get("WFCTL_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 PGBOUNCER = Path(shutil.which("pgbouncer") or "/usr/sbin/pgbouncer")
 SERVER_USER = "postgres"  # the OS user the servers run as when we are root; also the DB superuser
 
-# A server for tests where durability is not under test (PgBouncer): speed first.
-FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-# A server where it is (failover): every acknowledged commit is flushed, here and on the
+# FAST (from helpers): for tests where durability is not under test (PgBouncer), speed first.
+# DURABLE: where it is (failover): every acknowledged commit is flushed, here and on the
 # synchronous standby, before the client hears "COMMIT".
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
@@ -52,6 +58,8 @@ DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
 
 def _missing(what: str, install: str) -> None:
+    import pytest
+
     message = f"{what} is not installed (install it with `{install}`)"
     if os.environ.get("WFCTL_TEST_REQUIRE_SERVERS") == "1":
         pytest.fail(message + "; WFCTL_TEST_REQUIRE_SERVERS=1 forbids skipping", pytrace=False)
@@ -126,8 +134,7 @@ def run(cmd: list[str], *, timeout: float = 120, check: bool = True) -> subproce
 
 
 def _tool_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "WFCTL_"))}
-    env["LC_ALL"] = "C.UTF-8"
+    env = isolated_env(LC_ALL="C.UTF-8")
     if os.geteuid() == 0:
         env["HOME"] = "/tmp"
     return env
@@ -141,12 +148,102 @@ def _conf_value(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-# -- PostgreSQL ---------------------------------------------------------------------------------
+# -- what every server here has ---------------------------------------------------------------
 
 
-class Postgres:
+class _Server:
+    """The part of the life cycle that does not depend on how the server is run."""
+
+    home: Path
+    logfile: Path
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        raise NotImplementedError
+
+    def connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn(dbname), autocommit=True, connect_timeout=10)
+
+    def create_database(self, name: str) -> None:
+        with self.connect() as conn:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+
+    def log(self) -> str:
+        try:
+            return self.logfile.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- the embedded PostgreSQL ----------------------------------------------------------------------
+
+
+class Embedded(_Server):
+    """wfctl's embedded PostgreSQL in ``base/name`` (``wfctl.embedded.EmbeddedServer``: a Unix
+    socket in its data directory, TCP too when ``settings`` set ``listen_addresses``). Build it
+    with ``Embedded.init``; ``close()`` stops it (fast shutdown)."""
+
+    def __init__(
+        self, base: Path, name: str = "embedded", *, settings: dict[str, str] | None = None, port: int = 5432
+    ) -> None:
+        from wfctl.embedded import EmbeddedServer
+
+        self.base = base
+        self.home = base / name
+        self.name = name
+        self.port = port
+        self.server = EmbeddedServer(self.home, settings=settings, port=port)
+        self.data = self.server.pgdata
+        self.logfile = self.server.log_file
+
+    @classmethod
+    def init(
+        cls, base: Path, name: str = "embedded", *, settings: dict[str, str] | None = None, port: int = 5432
+    ) -> Embedded:
+        """initdb (on first use) and start the server."""
+        server = cls(base, name, settings=settings, port=port)
+        server.start()
+        return server
+
+    def start(self) -> None:
+        self.server.ensure_running()
+
+    def stop(self, mode: str = "fast") -> None:
+        """Fast shutdown (the only one wfctl's server offers); raises when it was not running."""
+        if mode != "fast":
+            raise ValueError(f"the embedded server stops with a fast shutdown only, not {mode!r}")
+        if not self.server.stop().stopped:
+            raise RuntimeError(f"the embedded PostgreSQL in {self.home} was not running")
+
+    def running(self) -> bool:
+        return self.server.is_running()
+
+    def close(self) -> None:
+        """Stop the server if it runs; never raises."""
+        with contextlib.suppress(Exception):
+            self.server.stop()
+
+    def version(self) -> str:
+        return self.server.version()
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return self.server.dsn(dbname)
+
+
+# -- Debian's PostgreSQL --------------------------------------------------------------------------
+
+
+class Postgres(_Server):
     """One PostgreSQL server in ``base/name``. Build it with ``Postgres.init`` or
-    ``Postgres.standby_of``; ``close()`` stops it (immediate) and deletes its directory."""
+    ``Postgres.standby_of``; ``close()`` stops it (immediate)."""
 
     def __init__(self, base: Path, name: str, port: int) -> None:
         self.base = base
@@ -325,25 +422,12 @@ class Postgres:
                 time.sleep(0.05)
             os.kill(pid, signal.SIGKILL)
 
-    def log(self) -> str:
-        try:
-            return self.logfile.read_text(errors="replace")
-        except OSError:
-            return ""
-
     # connecting
 
     def dsn(self, dbname: str = "postgres", **extra: str) -> str:
         return conninfo.make_conninfo(
             host="127.0.0.1", port=str(self.port), user=SERVER_USER, dbname=dbname, **extra
         )
-
-    def connect(self, dbname: str = "postgres") -> psycopg.Connection[Any]:
-        return psycopg.connect(self.dsn(dbname), autocommit=True, connect_timeout=10)
-
-    def create_database(self, name: str) -> None:
-        with self.connect() as conn:
-            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
 
     def wait_sync_standby(self, name: str, timeout: float = 30) -> None:
         """Wait until the standby ``name`` streams from this server as its synchronous standby."""
@@ -358,17 +442,11 @@ class Postgres:
 
         wait_for(streaming, timeout=timeout, what=f"{name} to stream as a synchronous standby")
 
-    def __enter__(self) -> Postgres:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # -- PgBouncer ----------------------------------------------------------------------------------
 
 
-class PgBouncer:
+class PgBouncer(_Server):
     """PgBouncer in transaction pooling mode in front of ``server``: every database of the
     server is reachable under its own name, as user ``postgres`` (auth_type trust, with a
     userlist). At most ``pool_size`` server connections per database, so many clients really
@@ -446,7 +524,7 @@ class PgBouncer:
             return False
         return True
 
-    def dsn(self, dbname: str, **extra: str) -> str:
+    def dsn(self, dbname: str = "postgres", **extra: str) -> str:
         return conninfo.make_conninfo(
             host="127.0.0.1", port=str(self.port), user=SERVER_USER, dbname=dbname, **extra
         )
@@ -460,12 +538,6 @@ class PgBouncer:
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
-    def log(self) -> str:
-        try:
-            return self.logfile.read_text(errors="replace")
-        except OSError:
-            return ""
-
     def close(self) -> None:
         if self.proc is None:
             return
@@ -477,12 +549,6 @@ class PgBouncer:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.proc = None
-
-    def __enter__(self) -> PgBouncer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def remove(base: Path) -> None:

@@ -1,7 +1,7 @@
-"""The chaos run (bench/chaos.py) at a size for CI: 300 workflows, 3 workers, a SIGKILL about
+"""The chaos run (tests/chaos.py) at a size for CI: 300 workflows, 3 workers, a SIGKILL about
 every second, `wfctl recover` from "cron" about every second, one restart of PostgreSQL.
 
-bench/chaos.py starts a throwaway embedded PostgreSQL of its own (it must be able to stop and
+tests/chaos.py starts a throwaway embedded PostgreSQL of its own (it must be able to stop and
 start the server under the workers), whatever WFCTL_TEST_DSN says; every check it makes is
 asserted here, and the figures are printed (pytest -s, or -rA) so that the run is visible.
 """
@@ -9,20 +9,19 @@ asserted here, and the figures are printed (pytest -s, or -rA) so that the run i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers import HERE
+from helpers import HERE, isolated_env
 
-CHAOS = HERE.parent / "bench" / "chaos.py"
+CHAOS = HERE / "chaos.py"
 N = 300
 
 
 @pytest.mark.slow
 def test_chaos_small():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
+    env = isolated_env()
     proc = subprocess.run(
         [
             sys.executable,

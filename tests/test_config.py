@@ -1,4 +1,4 @@
-"""wfctl.toml and the DSN precedence of DESIGN.md §5."""
+"""wfctl.toml and the DSN precedence of docs/architecture.md, "Connection precedence"."""
 
 from __future__ import annotations
 

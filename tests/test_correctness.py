@@ -416,3 +416,32 @@ def test_item13_a_worker_whose_database_hangs_exits_within_grace_plus_a_few_seco
     assert took < 1 + 5 + 3, f"took {took:.1f}s to exit"
     assert code == 4, log
     assert "does not answer" in log and "exiting without handing back" in log
+
+
+# -- found by the stateful test ------------------------------------------------------------------
+
+
+def test_a_run_that_moved_after_its_workers_last_beat_is_not_stale(conn):
+    """Shrunk from tests/test_stateful.py (invariant 5): a worker continued for a moment, wrote
+    a checkpoint (updated_at moves) and was paused again before its next heartbeat. recover
+    called the run stale while the reference "updated_at older than X" query did not."""
+    from datetime import timedelta as td
+
+    from wfctl import recovery
+
+    conn.execute(
+        "INSERT INTO workers (id, hostname, pid, concurrency, heartbeat_at)"
+        " VALUES ('w1', 'h', 1, 1, now() - interval '10 minutes')"
+    )
+    moved = running_row(conn, epoch=1)
+    idle = running_row(conn, epoch=1)
+    conn.execute("UPDATE workflows SET lease_owner = 'w1' WHERE id IN (%s, %s)", (moved, idle))
+    conn.execute("UPDATE workflows SET updated_at = now() - interval '10 minutes' WHERE id = %s", (idle,))
+    found = {r.id for r in recovery.recover(conn, td(minutes=5), dry_run=True)}
+    reference = {
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM workflows WHERE status = 'running' AND updated_at < now() - interval '5 minutes'"
+        ).fetchall()
+    }
+    assert found == reference == {idle}

@@ -32,7 +32,7 @@ import psycopg
 import pytest
 import servers
 from conftest import Workers
-from helpers import wait_for
+from helpers import complete_lines, rows, wait_for
 from psycopg import conninfo
 
 from wfctl import schema
@@ -101,16 +101,13 @@ class Trace:
     def read(cls, path: Path) -> Trace:
         starts: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
         dones: dict[tuple[str, str], list[tuple[str, float]]] = collections.defaultdict(list)
-        if path.exists():
-            text = path.read_text()
-            # read while workers append: a last line may be half-written; it is read next time
-            complete = text[: text.rfind("\n") + 1]
-            for line in complete.splitlines():
-                parts = line.split()
-                if parts[2] == "start":
-                    starts[(parts[0], parts[1])].append(float(parts[3]))
-                else:
-                    dones[(parts[0], parts[1])].append((parts[3], float(parts[4])))
+        # read while workers append: a last line may be half-written; it is read next time
+        for line in complete_lines(path):
+            parts = line.split()
+            if parts[2] == "start":
+                starts[(parts[0], parts[1])].append(float(parts[3]))
+            else:
+                dones[(parts[0], parts[1])].append((parts[3], float(parts[4])))
         return cls(starts, dones)
 
     def done_count(self) -> int:
@@ -121,14 +118,9 @@ def log_time(line: str) -> float:
     return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
 
 
-def query(dsn: str, sql: str) -> list[tuple]:
-    with psycopg.connect(dsn, connect_timeout=5) as conn:
-        return conn.execute(sql).fetchall()
-
-
 def completed_on(dsn: str) -> int | None:
     try:
-        return query(dsn, "SELECT count(*) FROM workflows WHERE status = 'completed'")[0][0]
+        return rows(dsn, "SELECT count(*) FROM workflows WHERE status = 'completed'")[0][0]
     except psycopg.OperationalError:
         return None
 
@@ -189,17 +181,17 @@ def test_workers_follow_a_promoted_standby_and_lose_no_acknowledged_checkpoint(c
         workers.stop_all()
     logs = [proc.log_path.read_text() for proc in procs]
 
-    assert query(new_primary, "SELECT pg_is_in_recovery()") == [(False,)]
+    assert rows(new_primary, "SELECT pg_is_in_recovery()") == [(False,)]
     assert not cluster.primary.running()
     stored = {
         (str(wid), name): output["token"]
-        for wid, name, output in query(
+        for wid, name, output in rows(
             new_primary, "SELECT workflow_id, step_name, output_data FROM workflow_steps"
         )
     }
     outputs = {
         str(wid): (output or {}).get("tokens")
-        for wid, output in query(new_primary, "SELECT id, output_data FROM workflows")
+        for wid, output in rows(new_primary, "SELECT id, output_data FROM workflows")
     }
     assert set(outputs) == ids
 
@@ -242,10 +234,10 @@ def test_workers_follow_a_promoted_standby_and_lose_no_acknowledged_checkpoint(c
     assert acknowledged == WORKFLOWS * (len(STEPS) - 1)
 
     # -- on the new primary: everything completed, one checkpoint per step ------------------------
-    assert query(new_primary, "SELECT status, count(*) FROM workflows GROUP BY 1") == [
+    assert rows(new_primary, "SELECT status, count(*) FROM workflows GROUP BY 1") == [
         ("completed", WORKFLOWS)
     ]
-    assert query(
+    assert rows(
         new_primary,
         "SELECT count(*), count(DISTINCT (workflow_id, step_number)),"
         " count(*) FILTER (WHERE status = 'completed') FROM workflow_steps",
@@ -264,7 +256,7 @@ def test_workers_follow_a_promoted_standby_and_lose_no_acknowledged_checkpoint(c
         found = [float(x) for x in re.findall(r"reconnected after ([0-9.]+)s", log)]
         assert found, log
         reconnects.extend(found)
-    claimed_twice = query(new_primary, "SELECT count(*) FROM workflows WHERE lease_epoch > 1")[0][0]
+    claimed_twice = rows(new_primary, "SELECT count(*) FROM workflows WHERE lease_epoch > 1")[0][0]
     resumed = min(t for v in trace.starts.values() for t in v if t > promoted_at)
     figures = {
         "workflows": WORKFLOWS,

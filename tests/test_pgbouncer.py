@@ -31,13 +31,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +42,7 @@ import psycopg
 import pytest
 import servers
 from conftest import Workers
-from helpers import Result, wait_for
+from helpers import LogWindow, Result, isolated_env, rows, wait_for, wfctl_command
 
 from wfctl import schema
 
@@ -95,22 +92,6 @@ def bworkers(bouncer_dsn: str, tmp_path: Path) -> Iterator[Workers]:
         yield manager
     finally:
         manager.stop_all()
-
-
-class LogWindow:
-    """What a log file gained since this object was made."""
-
-    def __init__(self, read: Callable[[], str]) -> None:
-        self.read = read
-        self.start = len(read())
-
-    def new(self) -> str:
-        return self.read()[self.start :]
-
-
-def rows(dsn: str, sql: str, *params: object) -> list[tuple]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(sql, params).fetchall()
 
 
 def counts(effects: list[tuple[str, str]], wid: str) -> dict[str, int]:
@@ -276,12 +257,7 @@ def test_worker_told_by_the_config_file_to_poll_through_pgbouncer(bounced, datab
 
 
 def wfctl_in(cwd: Path, dsn: str, *args: str) -> Result:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
-    env["WFCTL_DSN"] = dsn
-    proc = subprocess.run(
-        [sys.executable, "-m", "wfctl", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    return wfctl_command(*args, env=isolated_env(WFCTL_DSN=dsn), cwd=cwd)
 
 
 @pytest.mark.slow

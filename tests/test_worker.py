@@ -339,8 +339,9 @@ def make_stale(dsn: str, n: int, *, attempt: int = 1, max_retries: int = 3) -> l
             str(r[0])
             for r in conn.execute(
                 "INSERT INTO workflows"
-                " (workflow_type, status, lease_owner, lease_epoch, attempt, max_retries)"
-                " SELECT 'three', 'running', 'dead:1:x', 5, %s, %s FROM generate_series(1, %s) RETURNING id",
+                " (workflow_type, status, lease_owner, lease_epoch, attempt, max_retries, updated_at)"
+                " SELECT 'three', 'running', 'dead:1:x', 5, %s, %s, now() - interval '1 hour'"
+                " FROM generate_series(1, %s) RETURNING id",
                 (attempt, max_retries, n),
             ).fetchall()
         ]

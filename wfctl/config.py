@@ -1,4 +1,6 @@
-"""wfctl.toml and the connection precedence of DESIGN.md §5.
+"""wfctl.toml and the connection precedence (docs/architecture.md): which database a command uses
+(a Target), and the DSN and the connection for it (starting the embedded server when that is
+the target). Opening a connection for a DSN is wfctl.connection's, below this module.
 
 Precedence, first match wins: ``--dsn``, ``WFCTL_DSN``, the config file's ``[database]`` table,
 libpq's own ``PG*`` environment, the embedded PostgreSQL. The config file is ``--config``, else
@@ -10,12 +12,17 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import tomli_w
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
 
+from wfctl.connection import connect, has_secret, is_secret
 from wfctl.errors import ConfigError, UsageError
 
 DEFAULT_CONFIG_NAME = "wfctl.toml"
@@ -126,7 +133,7 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
     data = _validate(parsed, path)
     warnings: list[str] = []
     dsn = data.get("database", {}).get("dsn")
-    if dsn and _has_secret(dsn) and info.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+    if dsn and has_secret(dsn) and info.st_mode & (stat.S_IRGRP | stat.S_IROTH):
         warnings.append(f"{path} holds a password and is readable by other users: run `chmod 600 {path}`")
     return Config(path=path, exists=True, explicit=explicit, data=data, warnings=tuple(warnings))
 
@@ -155,12 +162,6 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _has_secret(dsn: str) -> bool:
-    from wfctl.connection import has_secret  # local import: connection imports config
-
-    return has_secret(dsn)
-
-
 def embedded_data_dir(config: Config) -> Path:
     """Home of the embedded server: ``[database] data_dir`` (relative to the config file), else
     ``WFCTL_DATA_DIR``, else ``.wfctl`` beside the config file."""
@@ -174,7 +175,7 @@ def embedded_data_dir(config: Config) -> Path:
 
 
 def resolve_target(dsn_option: str | None, config: Config) -> Target:
-    """Apply the precedence of DESIGN.md §5 and say where the answer came from. Something that
+    """Apply the precedence (docs/architecture.md) and say where the answer came from. Something that
     names a database but is empty (``--dsn ""``, ``WFCTL_DSN=``, ``dsn = ""``) is an error, as
     is ``embedded = false`` with nothing else configured: none of them falls back to the
     embedded server."""
@@ -207,6 +208,32 @@ def resolve_target(dsn_option: str | None, config: Config) -> Target:
     return Target(dsn=None, source="embedded default", data_dir=embedded_data_dir(config))
 
 
+Notice = Callable[[str], None]
+
+
+def target_dsn(target: Target, *, notice: Notice | None = None) -> str:
+    """The DSN to use for ``target``; for the embedded server, start it if it is not running."""
+    if not target.embedded:
+        assert target.dsn is not None
+        return target.dsn
+    from wfctl.embedded import EmbeddedServer  # loaded only for the embedded server
+
+    assert target.data_dir is not None
+    server = EmbeddedServer(target.data_dir, notice=notice)
+    started = server.ensure_running()
+    if started and notice is not None:
+        notice(
+            f"started the embedded PostgreSQL {server.version()}; its data lives in {server.pgdata}"
+            " (stop it with `wfctl db stop`)"
+        )
+    return server.dsn()
+
+
+def open_target(target: Target, *, notice: Notice | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
+    """Connect to ``target``, starting the embedded server first when that is the target."""
+    return connect(target_dsn(target, notice=notice), **kwargs)
+
+
 def write_config(config: Config, target: Target) -> Path:
     """Write a new wfctl.toml recording ``target``; 0600 when it holds a password or another
     secret."""
@@ -219,7 +246,7 @@ def write_config(config: Config, target: Target) -> Path:
     else:
         database["dsn"] = recorded_dsn(target)
     body = tomli_w.dumps({"database": database})
-    secret = bool(database.get("dsn")) and _has_secret(database["dsn"])
+    secret = bool(database.get("dsn")) and has_secret(database["dsn"])
     mode = 0o600 if secret else 0o644
     path = config.path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,10 +275,6 @@ def _relative_to(path: Path, base: Path) -> str:
 def _libpq_env_keys() -> list[tuple[str, str, bool]]:
     """(environment variable, connection key, secret) for every key libpq reads from the
     environment, as this libpq reports them (PGHOST, PGSSLMODE, PGTARGETSESSIONATTRS, ...)."""
-    from psycopg import pq
-
-    from wfctl.connection import is_secret
-
     return [
         (o.envvar.decode(), o.keyword.decode(), is_secret(o.keyword.decode()) or o.dispchar == b"*")
         for o in pq.Conninfo.get_defaults()
@@ -263,8 +286,6 @@ def dsn_from_libpq_env() -> str:
     """A DSN with every connection parameter set in libpq's PG* variables (so that a cron job
     without that environment connects the same way), except secrets: PGPASSWORD stays in the
     environment (or in a password file), never in wfctl.toml."""
-    from psycopg.conninfo import make_conninfo
-
     params = {
         key: os.environ[env] for env, key, secret in _libpq_env_keys() if os.environ.get(env) and not secret
     }

@@ -1,18 +1,17 @@
-"""Connecting: open a psycopg connection for a Target, translate driver errors into wfctl errors,
-and keep passwords out of everything we print."""
+"""Connecting: open a psycopg connection for a DSN, translate driver errors into wfctl errors,
+and keep passwords out of everything we print. Which DSN (``--dsn``, the config file, the
+embedded server...) is wfctl.config's business: this module knows nothing of it."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import psycopg
 from psycopg import conninfo, errors, pq
 
-from wfctl.config import Target
 from wfctl.errors import (
     ConfigError,
     ConnectionFailed,
@@ -20,10 +19,9 @@ from wfctl.errors import (
     SchemaError,
     WfctlError,
 )
+from wfctl.queries import q
 
 MASK = "***"
-
-Notice = Callable[[str], None]
 
 #: Connection keys libpq itself treats as secret (shown as "*" in its dialogs), besides every
 #: key ending in "password" (password, sslpassword).
@@ -57,11 +55,6 @@ def dsn_secrets(dsn: str) -> dict[str, str]:
     """The secrets a DSN carries, by key (empty also when the DSN does not parse)."""
     params = _params(dsn) or {}
     return {k: str(v) for k, v in params.items() if is_secret(k) and v}
-
-
-def dsn_password(dsn: str) -> str | None:
-    """The password a DSN carries, or None (also None when the DSN does not parse)."""
-    return dsn_secrets(dsn).get("password")
 
 
 def has_secret(dsn: str) -> bool:
@@ -197,8 +190,6 @@ def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
     """True when a connection pooler sits between us and PostgreSQL: the backend pid that the
     server reported at connect time is not the pid of the backend running our statements
     (PgBouncer hands its clients a made-up one)."""
-    from wfctl.queries import q
-
     row = conn.execute(q("admin.backend_pid")).fetchone()
     return row is None or int(row[0]) != conn.info.backend_pid
 
@@ -242,32 +233,7 @@ def translate(exc: BaseException, dsn: str | None = None) -> WfctlError:
     if isinstance(exc, psycopg.OperationalError):
         if "password authentication failed" in line or "no password supplied" in line:
             return ConnectionFailed(f"authentication failed for {where}: {line}")
-        if "does not exist" in line and "database" in line:
-            return ConnectionFailed(f"cannot connect to {where}: {line}")
         return ConnectionFailed(f"cannot connect to {where}: {line}")
     if isinstance(exc, psycopg.ProgrammingError) and "connection info" in line:
         return ConfigError(f"invalid DSN: {line}")
     return WfctlError(f"database error: {line}")
-
-
-def open_target(target: Target, *, notice: Notice | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Connect to ``target``, starting the embedded server first when that is the target."""
-    return connect(target_dsn(target, notice=notice), **kwargs)
-
-
-def target_dsn(target: Target, *, notice: Notice | None = None) -> str:
-    """The DSN to use for ``target``; for the embedded server, start it if it is not running."""
-    if not target.embedded:
-        assert target.dsn is not None
-        return target.dsn
-    from wfctl.embedded import EmbeddedServer
-
-    assert target.data_dir is not None
-    server = EmbeddedServer(target.data_dir, notice=notice)
-    started = server.ensure_running()
-    if started and notice is not None:
-        notice(
-            f"started the embedded PostgreSQL {server.version()}; its data lives in {server.pgdata}"
-            " (stop it with `wfctl db stop`)"
-        )
-    return server.dsn()

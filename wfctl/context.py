@@ -1,8 +1,8 @@
 """The workflow-facing API: ``Context.step`` and ``Context.sleep`` over a small journal.
 
 The context knows nothing of Postgres or of the worker: it asks a ``Journal`` what step N
-recorded before, and tells it to record a new result (which returns only once the result is
-durable). The worker implements the journal over Postgres; a test can implement it in memory.
+recorded before, and tells it to record a new result (durable before the next step starts).
+The worker implements the journal over Postgres; a test can implement it in memory.
 
 Control flow that must not be caught by a workflow's ``except Exception`` (losing the lease,
 parking for a sleep, being released at shutdown, a failed step) uses BaseException subclasses.
@@ -43,7 +43,8 @@ class Journal(Protocol):
         """Called before a new step starts; raises Released or Lost to stop the run here."""
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
-        """Store step ``number``'s result durably; return only once it is committed."""
+        """Store step ``number``'s result durably. It may return before the commit: the next
+        ``boundary``, ``park`` or the run's end waits for it (and raises Lost if it failed)."""
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         """Store the sleep step and make the workflow runnable again at ``wake_at``."""
@@ -112,8 +113,9 @@ class Context:
     def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` as step ``name``; on replay return its stored result.
 
-        The result must be JSON-serialisable; it is stored before this call returns, and what
-        this call returns is the stored JSON value (the same on the first run and on replay).
+        The result must be JSON-serialisable; it is durably stored before the next step starts
+        (or the workflow ends), and what this call returns is the stored JSON value (the same on
+        the first run and on replay).
         """
         number = self._claim_number(name)
         stored = self._journal.recorded(number)

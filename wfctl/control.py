@@ -9,20 +9,30 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from wfctl.durations import as_seconds
 from wfctl.errors import InvalidState, NotFound, UsageError
 from wfctl.queries import q
-from wfctl.words import FINISHED
+from wfctl.words import FINISHED, RETRYABLE
 
 PRUNE_BATCH = 1000
 
 
-def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> tuple[Any, ...]:
-    row = conn.execute(q("control.lookup"), {"id": wid}).fetchone()
+@dataclass(frozen=True)
+class Found:
+    id: UUID
+    status: str
+    lease_owner: str | None
+    current_step: int
+
+
+def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> Found:
+    with conn.cursor(row_factory=class_row(Found)) as cur:
+        row = cur.execute(q("control.lookup"), {"id": wid}).fetchone()
     if row is None:
         raise NotFound(f"no workflow {wid}")
-    return tuple(row)
+    return row
 
 
 @dataclass(frozen=True)
@@ -33,11 +43,13 @@ class Cancelled:
 
 
 def cancel(conn: psycopg.Connection[Any], wid: UUID, reason: str | None = None) -> Cancelled:
-    row = conn.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchone()
+    with conn.cursor(row_factory=class_row(Cancelled)) as cur:
+        row = cur.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchone()
     if row is None:
-        _id, status, _owner, _step = _lookup(conn, wid)
-        raise InvalidState(f"workflow {wid} is already {status}: there is nothing to cancel")
-    return Cancelled(wid, row[0], row[1])
+        raise InvalidState(
+            f"workflow {wid} is already {_lookup(conn, wid).status}: there is nothing to cancel"
+        )
+    return row
 
 
 @dataclass(frozen=True)
@@ -50,8 +62,8 @@ def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None
     if from_step is not None and from_step < 1:
         raise UsageError("--from-step counts from 1")
     with conn.transaction():
-        _id, status, _owner, _step = _lookup(conn, wid)
-        if status not in ("failed", "cancelled"):
+        status = _lookup(conn, wid).status
+        if status not in RETRYABLE:
             raise InvalidState(
                 f"workflow {wid} is {status}: only a failed or cancelled workflow can be retried"
             )

@@ -113,10 +113,12 @@ def run(
     recovered: list[recovery.Recovered] = []
 
     def recovered_it() -> bool:
+        # as cron would: again until every run the dead worker held is requeued (a run that
+        # moved just before the kill goes stale a little later than the others)
         recovered.extend(recovery.recover(conn, timedelta(seconds=2)))
-        return any(r.id == crashed for r in recovered)
+        return any(r.id == crashed for r in recovered) and _running(conn, everyone) == 0
 
-    _wait("recover to requeue the crashed order", recovered_it)
+    _wait("recover to requeue the dead worker's orders", recovered_it)
     say(f"`wfctl recover --stale 2s` requeued {len(recovered)} run(s) whose worker stopped heartbeating")
 
     second = _worker(dsn, "--concurrency", "8", log=log)
@@ -143,6 +145,11 @@ def run(
 def _finished(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
     row = conn.execute(q("demo.progress"), {"ids": ids}).fetchone()
     return int(row[0]) if row else 0
+
+
+def _running(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
+    row = conn.execute(q("demo.progress"), {"ids": ids}).fetchone()
+    return int(row[1]) if row else 0
 
 
 def _step(conn: psycopg.Connection[Any], wid: UUID) -> int:

@@ -106,8 +106,8 @@ class StopResult:
     deleted: bool = False  # the server stopped was running on a data directory deleted under it
 
     def __bool__(self) -> bool:
-        """True when a server was stopped (``stop()`` returned that bool before, and bench/
-        still tests it so)."""
+        """True when a server was stopped (``stop()`` returned that bool before; kept for
+        callers that still test it so, though none in this repository does)."""
         return self.stopped
 
 

@@ -1,4 +1,4 @@
-"""Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (cron) and worker sweeps."""
+"""Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (from cron)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from wfctl.durations import as_seconds
 from wfctl.queries import q
@@ -30,7 +31,8 @@ def recover(conn: psycopg.Connection[Any], stale: timedelta, *, dry_run: bool = 
     older than ``stale``. One statement: concurrent calls requeue each workflow once. The threshold
     goes to the database as exact seconds (see wfctl.durations)."""
     name = "recovery.stale_runs" if dry_run else "recovery.recover"
-    rows = conn.execute(q(name), {"stale": as_seconds(stale)}).fetchall()
+    with conn.cursor(row_factory=class_row(Recovered)) as cur:
+        rows = cur.execute(q(name), {"stale": as_seconds(stale)}).fetchall()
     if rows and not dry_run:
         conn.execute(q("recovery.notify"))
-    return [Recovered(*row) for row in rows]
+    return rows

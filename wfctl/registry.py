@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from wfctl.durations import parse_duration
+from wfctl.errors import AppError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,8 +107,6 @@ def load_app(module: str, registry: Registry | None = None) -> Registry:
     import importlib
     import os
     import sys
-
-    from wfctl.errors import AppError
 
     target = registry or default_registry
     if not module or not all(part.isidentifier() for part in module.split(".")):

@@ -24,14 +24,13 @@ from psycopg.types.json import set_json_loads
 
 from wfctl.durations import interval_text
 from wfctl.errors import NotFound, UsageError
-from wfctl.prometheus import Family, Sample, exposition, label_translation
+from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
-from wfctl.words import STATUSES, check_status, parse_id
+from wfctl.words import RUNNING, STATUSES, check_status, parse_id
 
 Row = dict[str, Any]
 Conn = psycopg.Connection[Any]
 
-#: The words workflows.status may hold, in life-cycle order.
 #: Worker states of the ``workers`` report.
 WORKER_STATES = ("live", "dead", "stopped")
 #: The largest ``list --limit``: what SQL's LIMIT (a bigint) takes.
@@ -257,7 +256,7 @@ def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[F
             "wfctl_workflows_running",
             "gauge",
             "Workflows running now (all types).",
-            (Sample(sum(r["workflows"] for r in counts if r["status"] == "running")),),
+            (Sample(sum(r["workflows"] for r in counts if r["status"] == RUNNING)),),
         ),
         Family(
             "wfctl_workflows_stuck",
@@ -343,8 +342,3 @@ def _human(delta: timedelta) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
-
-
-def metrics(conn: Conn, *, stale: timedelta, since: timedelta) -> str:
-    """The Prometheus text exposition of :func:`metric_families`."""
-    return exposition(metric_families(conn, stale=stale, since=since))

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from wfctl.errors import SchemaError
-from wfctl.queries import q, sql_root
+from wfctl.errors import NotFound, SchemaError
+from wfctl.queries import composed, q, sql_root
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -107,9 +107,6 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
 
 def grant_worker(conn: psycopg.Connection[Any], role: str) -> None:
     """Give ``role`` what workers, submitters and reports need (no DDL, no DELETE)."""
-    from wfctl.errors import NotFound
-    from wfctl.queries import composed
-
     if not conn.execute(q("grants.role_exists"), {"role": role}).fetchone():
         raise NotFound(f"no database role {role!r}: create it first (CREATE ROLE {role} LOGIN ...)")
     current = conn.execute(q("admin.whoami")).fetchone()

@@ -1,14 +1,30 @@
-"""The words and ids operators type: workflow statuses and workflow ids, checked in one place."""
+"""The words and ids operators type: workflow statuses and workflow ids, checked in one place.
+
+The status words are spelled here and nowhere else in the package; the SQL of ``sql/`` keeps its
+literals. tests/test_sql_catalogue.py checks these against the schema's CHECK constraint and
+fails on a status compared with a literal anywhere else in the package.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 from uuid import UUID
 
 from wfctl.errors import UsageError
 
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-FINISHED = ("completed", "failed", "cancelled")
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+COMPLETED: Final = "completed"
+FAILED: Final = "failed"
+CANCELLED: Final = "cancelled"
+
+#: The words workflows.status may hold, in life-cycle order.
+STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)
+#: The statuses a workflow ends in (prune removes only these).
+FINISHED = (COMPLETED, FAILED, CANCELLED)
+#: The statuses ``retry`` starts again from.
+RETRYABLE = (FAILED, CANCELLED)
 
 
 def parse_id(text: str) -> UUID:

@@ -1,9 +1,10 @@
 -- wfctl schema, version 1.
 --
 -- workflows and workflow_steps keep every column of the reference design with the same name,
--- type family and meaning (see ../shared/reference-design.sql); the columns after the reference
--- ones are what durable execution needs. Released migrations are never edited: change the schema
--- with a new numbered file.
+-- type family and meaning (see tests/data/reference-design.sql in the source repository, and
+-- docs/architecture.md, "Data model"); the columns after the reference ones are what durable
+-- execution needs. Released migrations are never edited beyond their comments (nothing keeps a
+-- checksum of their text): change the schema with a new numbered file.
 
 CREATE TABLE workflows (
     -- reference design

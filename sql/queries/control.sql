@@ -14,7 +14,7 @@ SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = now(),
     updated_at = now(), error_message = coalesce(%(reason)s, 'cancelled by an operator')
 FROM old
 WHERE w.id = old.id AND old.status IN ('pending', 'running')
-RETURNING old.status AS previous_status, old.lease_owner;
+RETURNING w.id, old.status AS previous_status, old.lease_owner AS worker;
 
 -- name: retry_delete_steps
 -- `wfctl retry --from-step N`: forget the checkpoints from step N on.

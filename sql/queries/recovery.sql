@@ -1,8 +1,11 @@
 -- Stale-run recovery (wfctl/recovery.py): `wfctl recover --stale 5m`, safe to run concurrently.
 
 -- name: recover
--- Requeue every running workflow whose owner's heartbeat is older than %(stale)s (or whose
--- owner stopped or has no worker row), with a fresh epoch so the old owner is fenced out.
+-- Requeue every running workflow whose owner's heartbeat and own updated_at are both older
+-- than %(stale)s (or whose owner stopped or has no worker row), with a fresh epoch so the old
+-- owner is fenced out. A run that moved after its worker's last beat (a checkpoint written
+-- just before a pause) is not stale yet: recover and the reference "updated_at older than X"
+-- query agree.
 -- The abandoned attempt counts: past max_retries the workflow fails instead. Rows another
 -- recover holds are skipped (SKIP LOCKED), and the row re-check after the lock makes a
 -- workflow that a concurrent recover already requeued drop out: each is requeued once.
@@ -11,7 +14,9 @@ WITH stale AS MATERIALIZED (
     FROM workflows w
     LEFT JOIN workers k ON k.id = w.lease_owner
     WHERE w.status = 'running'
-      AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8))
+      AND (k.id IS NULL OR k.stopped_at IS NOT NULL
+           OR (k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
+               AND w.updated_at < now() - make_interval(secs => %(stale)s::float8)))
     ORDER BY w.updated_at
     FOR UPDATE OF w SKIP LOCKED
 )
@@ -32,18 +37,21 @@ SET status = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE
 FROM stale
 WHERE w.id = stale.id
 RETURNING w.id, w.workflow_type, w.status, w.attempt, w.lease_epoch, w.current_step,
-          stale.lease_owner, stale.heartbeat_at;
+          stale.lease_owner AS previous_owner, stale.heartbeat_at AS owner_heartbeat;
 
 -- name: stale_runs
 -- The same set, for --dry-run: nothing is changed.
 SELECT w.id, w.workflow_type,
        CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END AS status,
        CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END AS attempt,
-       w.lease_epoch + 1 AS lease_epoch, w.current_step, w.lease_owner, k.heartbeat_at
+       w.lease_epoch + 1 AS lease_epoch, w.current_step, w.lease_owner AS previous_owner,
+       k.heartbeat_at AS owner_heartbeat
 FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 WHERE w.status = 'running'
-  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8))
+  AND (k.id IS NULL OR k.stopped_at IS NOT NULL
+           OR (k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
+               AND w.updated_at < now() - make_interval(secs => %(stale)s::float8)))
 ORDER BY w.updated_at;
 
 -- name: notify

@@ -87,7 +87,8 @@ FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 LEFT JOIN workflow_steps s ON s.workflow_id = w.id AND s.step_number = w.current_step
 WHERE w.status = 'running'
-  AND (k.id IS NULL OR k.stopped_at IS NOT NULL OR k.heartbeat_at < now() - %(stale)s::interval)
+  AND (k.id IS NULL OR k.stopped_at IS NOT NULL
+       OR (k.heartbeat_at < now() - %(stale)s::interval AND w.updated_at < now() - %(stale)s::interval))
   AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
 ORDER BY age_seconds DESC NULLS FIRST, w.id;
 

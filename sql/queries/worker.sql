@@ -47,70 +47,56 @@ RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_r
           now() AS db_now;
 
 -- name: flush
--- Group commit: the writes of many workflows in one statement, hence one commit. Each input
--- row is one request: 'step' (checkpoint), 'park' (checkpoint a sleep and leave until
--- wake; without a step number: a replayed sleep leaving again), 'complete' (with the last
--- step's checkpoint when it has not been sent yet), 'fail' (final, or back to pending after
--- a backoff), 'release' (back to pending now, at shutdown).
--- A row with a step number also writes that step's row. Every part is keyed by (id, epoch):
--- a row whose epoch no longer matches changes nothing and is reported as fenced out, even when
--- a fresh epoch's write for the same workflow travels in the same batch.
--- A completion whose last checkpoint travels separately commits only if that checkpoint did
--- (current_step = expect): a run never ends 'completed' without its steps.
+-- Group commit: the writes of many workflows in one statement, hence one commit. It knows no
+-- kinds of write: each input row carries the values it sets (wfctl/worker/checkpoints.py
+-- turns a checkpoint, park, completion, failure or release into them), with NULL or a false
+-- flag for "keep", and the step row it writes, if any. Every part is keyed by (id, epoch) and
+-- requires the status the writer holds the workflow in (require_status): a row whose epoch
+-- moved on, or whose workflow is no longer in that status, changes nothing and is reported as
+-- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
+-- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
+-- travels separately commits only if that checkpoint did.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
--- step row written by the same epoch is written again, a completion of a completed run
--- matches again, and a park, fail or release already applied under the same epoch (the
--- workflow already shows its effect) is reported as done.
+-- step row written by the same epoch is written again, and a write that leaves the required
+-- status (complete, fail, park, release) is reported as done when the workflow, under the
+-- same epoch, already shows its effect (status, attempt and, if set, run_at).
 WITH r AS (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(kinds)s::text[], %(steps)s::int[],
-                %(names)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
-                %(errors)s::text[], %(final)s::bool[], %(delays)s::float8[],
-                %(wake)s::timestamptz[], %(attempts)s::int[], %(details)s::text[],
-                %(results)s::jsonb[], %(expects)s::int[])
-         AS t(id, epoch, kind, step, name, output, started, error, final, delay, wake, attempt,
-              detail, result, expect)
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],
+                %(statuses)s::text[], %(current)s::int[], %(do_output)s::bool[],
+                %(results)s::jsonb[], %(do_error)s::bool[], %(errors)s::text[],
+                %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
+                %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
+                %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
+                %(step_errors)s::text[])
+         AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
+              do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
+              step_status, output, started, step_error)
 ),
 w AS (
     UPDATE workflows wf
-    SET status = CASE r.kind
-            WHEN 'step' THEN 'running'
-            WHEN 'complete' THEN 'completed'
-            WHEN 'fail' THEN CASE WHEN r.final THEN 'failed' ELSE 'pending' END
-            ELSE 'pending'
-        END,
-        current_step = CASE WHEN r.step IS NOT NULL AND r.kind <> 'fail' THEN r.step
-                            ELSE wf.current_step END,
-        output_data = CASE WHEN r.kind = 'complete' THEN r.result ELSE wf.output_data END,
-        error_message = CASE r.kind WHEN 'fail' THEN r.error WHEN 'complete' THEN NULL
-                                    ELSE wf.error_message END,
-        attempt = CASE WHEN r.kind = 'fail' AND NOT r.final THEN wf.attempt + 1 ELSE wf.attempt END,
-        run_at = CASE r.kind
-            WHEN 'fail' THEN now() + make_interval(secs => coalesce(r.delay, 0))
-            WHEN 'park' THEN r.wake
-            WHEN 'release' THEN now()
-            ELSE wf.run_at
-        END,
-        finished_at = CASE WHEN r.kind = 'complete' OR (r.kind = 'fail' AND r.final) THEN now()
-                           ELSE wf.finished_at END,
+    SET status = coalesce(r.set_status, wf.status),
+        current_step = coalesce(r.set_step, wf.current_step),
+        output_data = CASE WHEN r.do_output THEN r.set_output ELSE wf.output_data END,
+        error_message = CASE WHEN r.do_error THEN r.set_error ELSE wf.error_message END,
+        attempt = wf.attempt + r.attempt_inc,
+        run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
+                      ELSE coalesce(r.run_at, wf.run_at) END,
+        finished_at = CASE WHEN r.finish THEN now() ELSE wf.finished_at END,
         updated_at = now()
     FROM r
     WHERE wf.id = r.id
       AND wf.lease_epoch = r.epoch
-      -- written so that it depends on r: the planner must find rows by id (primary key), not
-      -- by a status index, even when the table's statistics are stale
-      AND wf.status = ANY (CASE WHEN r.kind = 'complete' THEN ARRAY['running', 'completed']
-                                ELSE ARRAY['running'] END)
-      AND (r.kind <> 'complete' OR r.step IS NOT NULL OR wf.current_step = r.expect)
+      -- a condition on r's own column: the planner finds rows by id (primary key), not by a
+      -- status index, even when the table's statistics are stale
+      AND wf.status = r.require_status
+      AND (r.expect IS NULL OR wf.current_step = r.expect)
     RETURNING wf.id, wf.lease_epoch
 ),
 s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
                                       started_at, completed_at, error_message, attempt, lease_epoch)
-    SELECT r.id, r.step, r.name,
-           CASE WHEN r.kind = 'fail' THEN 'failed' ELSE 'completed' END,
-           CASE WHEN r.kind = 'fail' THEN NULL ELSE r.output END,
-           r.started, now(), CASE WHEN r.kind = 'fail' THEN coalesce(r.detail, r.error) END,
+    SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, now(), r.step_error,
            r.attempt, r.epoch
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
@@ -128,16 +114,12 @@ SELECT r.id, r.epoch,
             ELSE
                 -- not written now: already applied by an earlier send of the same request?
                 -- (this reads the workflow as it was before this statement)
-                r.kind IN ('park', 'fail', 'release') AND EXISTS (
+                r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
                     SELECT 1 FROM workflows cur
                     WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
-                      AND CASE r.kind
-                              WHEN 'fail' THEN CASE WHEN r.final THEN cur.status = 'failed'
-                                                    ELSE cur.status = 'pending'
-                                                         AND cur.attempt = r.attempt + 1 END
-                              WHEN 'park' THEN cur.status = 'pending' AND cur.run_at = r.wake
-                              ELSE cur.status = 'pending'
-                          END)
+                      AND cur.status = r.set_status
+                      AND cur.attempt = r.attempt + r.attempt_inc
+                      AND (r.run_at IS NULL OR cur.run_at = r.run_at))
        END AS stored
 FROM r
 LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
@@ -171,10 +153,6 @@ RETURNING w.id;
 
 -- name: stopped
 UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
-
--- name: whereabouts
--- Where did workflows whose lease we lost go? (for the log line)
-SELECT id, status, lease_owner, lease_epoch FROM workflows WHERE id = ANY(%(ids)s::uuid[]);
 
 -- name: session_setup
 -- The worker's statements run thousands of times with small arrays: plan them once (a generic

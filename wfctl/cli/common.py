@@ -14,8 +14,7 @@ import typer
 from wfctl import schema
 from wfctl.cli import render
 from wfctl.cli.clicompat import get_current_context
-from wfctl.config import Config, Target, load_config, resolve_target
-from wfctl.connection import open_target, target_dsn
+from wfctl.config import Config, Target, load_config, open_target, resolve_target, target_dsn
 
 DsnOpt = Annotated[
     str | None,

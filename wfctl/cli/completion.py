@@ -12,8 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from wfctl.cli import render
+from wfctl.errors import UsageError
+from wfctl.words import STATUSES
 
-STATUS_WORDS = "pending running completed failed cancelled"
+STATUS_WORDS = " ".join(STATUSES)
 VALUE_WORDS = {
     "--status": STATUS_WORDS,
     "--log-format": "auto rich plain json",
@@ -172,21 +174,20 @@ GENERATORS = {"bash": bash, "zsh": zsh, "fish": fish}
 FILENAMES = {"bash": "wfctl.bash", "zsh": "_wfctl", "fish": "wfctl.fish"}
 
 
-def script(shell: str) -> str:
-    from wfctl.cli.app import app  # the finished app, with every command registered
-
-    return GENERATORS[shell](command_tree(typer.main.get_command(app)))
+def script(shell: str, root: Any) -> str:
+    """The script for ``shell`` completing the commands of ``root``, the finished application's
+    command (``typer.main.get_command(app)``; at run time, the root of the command's context)."""
+    return GENERATORS[shell](command_tree(root))
 
 
 def completion(
+    ctx: typer.Context,
     shell: Annotated[str, typer.Argument(help="bash, zsh or fish.")],
 ) -> None:
     """Print the shell completion script for bash, zsh or fish."""
-    from wfctl.errors import UsageError
-
     if shell not in GENERATORS:
         raise UsageError(f"unknown shell {shell!r}: use bash, zsh or fish")
-    render.raw(script(shell))
+    render.raw(script(shell, ctx.find_root().command))
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ def cancel(
         done = control.cancel(conn, wid, reason)
     if session.json:
         render.print_json({"id": str(wid), "previous_status": done.previous_status, "worker": done.worker})
-    elif done.previous_status == "running":
+    elif done.previous_status == words.RUNNING:
         render.notice(
             f"cancelled {wid}: its worker {done.worker} stops it at the next step "
             "boundary and commits nothing more for it"

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 
 from wfctl.durations import format_duration
 from wfctl.reports import StatsReport, WorkflowDetail
+from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
 PIPE_WIDTH = 200
@@ -193,11 +194,11 @@ def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
 # Reports: stats, list, show, workers. They take the plain rows of wfctl.reports.
 
 STATUS_STYLES = {
-    "pending": "yellow",
-    "running": "cyan",
-    "completed": "green",
-    "failed": "bold red",
-    "cancelled": "dim",
+    PENDING: "yellow",
+    RUNNING: "cyan",
+    COMPLETED: "green",
+    FAILED: "bold red",
+    CANCELLED: "dim",
     "live": "green",
     "dead": "bold red",
     "stopped": "dim",

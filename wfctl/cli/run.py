@@ -12,7 +12,7 @@ from uuid import UUID
 import psycopg
 import typer
 
-from wfctl import client, recovery, schema
+from wfctl import client, recovery, schema, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import recorded_dsn, unrecorded_libpq_env, write_config
@@ -315,7 +315,7 @@ def recover(
     for r in rows:
         verb = (
             ("would requeue" if dry_run else "requeued")
-            if r.status == "pending"
+            if r.status == words.PENDING
             else ("would fail" if dry_run else "failed")
         )
         seen = render.cell(r.owner_heartbeat) if r.owner_heartbeat else "never"

@@ -8,13 +8,16 @@ and resolves each: ``ok`` when the write happened under the thread's epoch, othe
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from wfctl.queries import q
+from wfctl.words import COMPLETED, FAILED, PENDING, RUNNING
 
 Kind = Literal["step", "park", "complete", "fail", "release"]
 
@@ -138,6 +141,84 @@ def _storable_text(value: str | None) -> str | None:
     return value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
 
 
+@dataclass(frozen=True)
+class Written:
+    """One row of worker.flush's result: whether the request for (id, epoch) is stored."""
+
+    id: UUID
+    epoch: int
+    stored: bool
+
+
+@dataclass
+class Target:
+    """What one row of the flush statement sets: the workflow's new values (None or False:
+    keep what is there), the status it must be in, and the step row it writes, if any.
+    The statement knows no kinds of write; a new kind is a new way to fill a Target."""
+
+    workflow_id: UUID
+    epoch: int
+    attempt: int
+    require_status: str = RUNNING
+    expect: int | None = None  # current_step must equal this (a completion's last checkpoint)
+    status: str | None = None
+    current_step: int | None = None
+    set_output: bool = False
+    output: str | None = None  # JSON text: the workflow's return value
+    set_error: bool = False
+    error: str | None = None
+    attempt_inc: int = 0
+    run_at: datetime | None = None  # absolute (a durable sleep's wake time)...
+    run_delay: float | None = None  # ...or seconds from the database's now()
+    finish: bool = False
+    step: int | None = None  # the step row: its number (None: no step row)
+    step_name: str | None = None
+    step_status: str | None = None
+    step_output: str | None = None  # JSON text
+    step_started: datetime | None = None
+    step_error: str | None = None
+
+
+def _step_row(t: Target, r: Request, *, failed: bool = False) -> None:
+    t.step, t.step_name, t.step_started = r.step, r.name, r.started
+    if failed:
+        t.step_status, t.step_error = FAILED, r.detail or r.error
+    else:
+        t.step_status, t.step_output = COMPLETED, r.output
+
+
+def target(group: tuple[Request, ...]) -> Target:
+    """The values one merged group of requests sets (see ``merge``): one request, or an
+    execution's checkpoint followed by its completion."""
+    first, last = group[0], group[-1]
+    t = Target(first.workflow_id, first.epoch, first.attempt)
+    kind = last.kind
+    if first.kind == "step":  # a checkpoint, alone or carrying its completion
+        _step_row(t, first)
+        t.status, t.current_step = RUNNING, first.step
+    if kind == "park":
+        t.status, t.run_at = PENDING, last.wake
+        if last.step is not None:  # a new sleep (a replayed one only leaves again)
+            _step_row(t, last)
+            t.current_step = last.step
+    elif kind == "complete":
+        t.status, t.set_output, t.output, t.finish = COMPLETED, True, last.result, True
+        t.set_error, t.error = True, None
+        if first is last:  # its last checkpoint went earlier: it must have committed
+            t.expect = last.expect
+    elif kind == "fail":
+        t.status = FAILED if last.final else PENDING
+        t.set_error, t.error = True, _storable_text(last.error)
+        t.attempt_inc = 0 if last.final else 1
+        t.run_delay = _clamp(last.delay) or 0.0
+        t.finish = last.final
+        if last.step is not None:
+            _step_row(t, last, failed=True)
+    elif kind == "release":
+        t.status, t.run_delay = PENDING, 0.0
+    return t
+
+
 def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     """Write ``batch`` in one statement (autocommit: the statement is its transaction) and
     resolve every request. Raises psycopg errors; the caller may re-send the same batch.
@@ -145,27 +226,32 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     The columns travel as array literals built here: a handful of C-speed string joins, where
     psycopg's generic list adaptation costs a Python-level pass per element and per list."""
     groups = merge(batch)
-    firsts = [g[0] for g in groups]
-    lasts = [g[-1] for g in groups]
+    rows = [target(g) for g in groups]
     params = {
-        "ids": _array([r.workflow_id for r in firsts]),
-        "epochs": _array([r.epoch for r in firsts]),
-        "kinds": _text_array([r.kind for r in lasts]),
-        "steps": _array([r.step for r in firsts]),
-        "names": _text_array([_storable_text(r.name) for r in firsts]),
-        "outputs": _text_array([r.output for r in firsts]),
-        "started": _array([r.started for r in firsts]),
-        "errors": _text_array([_storable_text(r.error) for r in lasts]),
-        "final": _array([r.final for r in lasts]),
-        "delays": _array([_clamp(r.delay) for r in lasts]),
-        "wake": _array([r.wake for r in lasts]),
-        "attempts": _array([r.attempt for r in firsts]),
-        "details": _text_array([_storable_text(r.detail) for r in lasts]),
-        "results": _text_array([r.result for r in lasts]),
-        "expects": _array([r.expect for r in lasts]),
+        "ids": _array([t.workflow_id for t in rows]),
+        "epochs": _array([t.epoch for t in rows]),
+        "require": _text_array([t.require_status for t in rows]),
+        "expects": _array([t.expect for t in rows]),
+        "statuses": _text_array([t.status for t in rows]),
+        "current": _array([t.current_step for t in rows]),
+        "do_output": _array([t.set_output for t in rows]),
+        "results": _text_array([t.output for t in rows]),
+        "do_error": _array([t.set_error for t in rows]),
+        "errors": _text_array([t.error for t in rows]),
+        "attempt_inc": _array([t.attempt_inc for t in rows]),
+        "run_at": _array([t.run_at for t in rows]),
+        "delays": _array([t.run_delay for t in rows]),
+        "finish": _array([t.finish for t in rows]),
+        "attempts": _array([t.attempt for t in rows]),
+        "steps": _array([t.step for t in rows]),
+        "names": _text_array([_storable_text(t.step_name) for t in rows]),
+        "step_status": _text_array([t.step_status for t in rows]),
+        "outputs": _text_array([t.step_output for t in rows]),
+        "started": _array([t.step_started for t in rows]),
+        "step_errors": _text_array([_storable_text(t.step_error) for t in rows]),
     }
-    rows = conn.execute(q("worker.flush"), params).fetchall()
-    written = {(row[0], int(row[1])) for row in rows if row[2]}
+    with conn.cursor(row_factory=class_row(Written)) as cur:
+        written = {(row.id, row.epoch) for row in cur.execute(q("worker.flush"), params) if row.stored}
     for group in groups:
         ok = group[0].key in written
         for r in group:

@@ -9,9 +9,25 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from wfctl.context import RecordedStep
 from wfctl.queries import q
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One row the claim statement returns (columns by name, see worker.claim)."""
+
+    id: UUID
+    workflow_type: str
+    input_data: Any
+    lease_epoch: int
+    attempt: int
+    max_retries: int
+    current_step: int | None
+    journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
+    db_now: datetime
 
 
 @dataclass(frozen=True)
@@ -42,31 +58,30 @@ def claim(
     if limit <= 0 or not policies:
         return []
     types = list(policies)
-    rows = conn.execute(
-        q("worker.claim"),
-        {"types": types, "retries": [policies[t] for t in types], "limit": limit, "owner": owner},
-    ).fetchall()
+    with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
+        rows = cur.execute(
+            q("worker.claim"),
+            {"types": types, "retries": [policies[t] for t in types], "limit": limit, "owner": owner},
+        ).fetchall()
     arrived = time.monotonic()
-    claimed = []
-    for wid, wtype, data, epoch, attempt, max_retries, current, journal, db_now in rows:
-        steps = {
-            int(number): RecordedStep(int(number), name, output) for number, name, output in (journal or [])
-        }
-        claimed.append(
-            Claimed(
-                wid,
-                wtype,
-                data,
-                int(epoch),
-                int(attempt),
-                int(max_retries),
-                int(current or 0),
-                steps,
-                db_now,
-                arrived,
-            )
+    return [
+        Claimed(
+            id=row.id,
+            workflow_type=row.workflow_type,
+            input=row.input_data,
+            epoch=row.lease_epoch,
+            attempt=row.attempt,
+            max_retries=row.max_retries,
+            current_step=row.current_step or 0,
+            journal={
+                int(number): RecordedStep(int(number), name, output)
+                for number, name, output in (row.journal or [])
+            },
+            db_now=row.db_now,
+            claimed_at=arrived,
         )
-    return claimed
+        for row in rows
+    ]
 
 
 def listen(conn: psycopg.Connection[Any]) -> None:

@@ -10,9 +10,18 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row
 
 from wfctl import __version__
 from wfctl.queries import q
+
+
+@dataclass(frozen=True)
+class Held:
+    """A workflow the database says this worker runs (worker.heartbeat's rows)."""
+
+    id: UUID
+    lease_epoch: int
 
 
 @dataclass(frozen=True)
@@ -31,18 +40,19 @@ class Identity:
 def beat(conn: psycopg.Connection[Any], me: Identity, concurrency: int, types: list[str]) -> dict[UUID, int]:
     """Refresh the worker row and the ``updated_at`` of its running workflows, in one statement.
     Returns {workflow id: epoch} of the workflows the database says this worker runs."""
-    rows = conn.execute(
-        q("worker.heartbeat"),
-        {
-            "id": me.id,
-            "hostname": me.hostname,
-            "pid": me.pid,
-            "concurrency": concurrency,
-            "types": types,
-            "version": __version__,
-        },
-    ).fetchall()
-    return {row[0]: int(row[1]) for row in rows}
+    with conn.cursor(row_factory=class_row(Held)) as cur:
+        rows = cur.execute(
+            q("worker.heartbeat"),
+            {
+                "id": me.id,
+                "hostname": me.hostname,
+                "pid": me.pid,
+                "concurrency": concurrency,
+                "types": types,
+                "version": __version__,
+            },
+        ).fetchall()
+    return {row.id: row.lease_epoch for row in rows}
 
 
 def stopped(conn: psycopg.Connection[Any], me: Identity) -> None:

@@ -193,7 +193,7 @@ class Worker:
         a few seconds. It sees signals as bytes on the wakeup fd, so it acts even while the main
         thread waits on a database that does not answer. Past the grace period it cancels the
         statement the loop waits on; if the worker still has not exited, it exits without
-        handing its workflows back (their leases lapse and a recovery sweep requeues them)."""
+        handing its workflows back (their leases lapse and `wfctl recover` requeues them)."""
         interrupts = 0
         cancelled = False
         while True:
@@ -233,7 +233,7 @@ class Worker:
             held = len(self.running) + len(self.unsettled)
             self.log.error(
                 f"the database does not answer: exiting without handing back {held} workflow(s); "
-                "their leases lapse and `wfctl recover` (or another worker's sweep) requeues them"
+                "their leases lapse and `wfctl recover` requeues them"
             )
             os._exit(ConnectionFailed.exit_code)
 

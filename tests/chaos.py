@@ -1,8 +1,13 @@
 """Chaos run: durable execution under SIGKILLed workers, cron recovery and a database restart.
 
-    python bench/chaos.py [--workflows 3000] [--workers 4] [--concurrency 4] [--kill-every 2s]
+    python tests/chaos.py [--workflows 3000] [--workers 4] [--concurrency 4] [--kill-every 2s]
                           [--recover-every 2s] [--restart-db | --no-restart-db] [--dsn DSN]
                           [--step-ms 20-60] [--heartbeat 200ms] [--stale 1s] [--json]
+
+A fault-injection run, not a benchmark: tests/test_chaos.py runs it at a size for CI, and it
+can be run by hand at any size (``--help``), from a source checkout where wfctl is installed
+(``pip install -e .``; pytest is not needed). Its server, processes and log reading are those
+of the other multi-process tests (tests/servers.py, tests/helpers.py).
 
 The scenario (issue 5, "Chaos run"):
 
@@ -19,9 +24,9 @@ The scenario (issue 5, "Chaos run"):
 6. when all N are completed the live workers get SIGTERM (each must exit 0), then everything is
    verified and the figures are printed. Exit status 0 when every check holds, 1 otherwise.
 
-The database: by default a throwaway embedded PostgreSQL (``wfctl.embedded.EmbeddedServer``,
-listening on a Unix socket in a temporary directory), deleted at the end; ``--fast`` turns
-fsync off there (a fast shutdown still writes everything; only an OS crash could lose data).
+The database: by default a throwaway embedded PostgreSQL (``servers.Embedded``, listening on a
+Unix socket in a temporary directory), deleted at the end; ``--fast`` turns fsync off there (a
+fast shutdown still writes everything; only an OS crash could lose data).
 With ``--dsn`` an existing database is used (the schema is installed if missing; it must hold
 no ``chaos3`` rows; they are deleted at the end unless ``--keep``); the restart then needs
 ``--restart-cmd`` (a shell command that restarts that server, such as
@@ -61,7 +66,6 @@ import argparse
 import collections
 import contextlib
 import json
-import os
 import random
 import re
 import shutil
@@ -77,9 +81,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import servers
+from helpers import FAST, LogWindow, complete_lines, isolated_env, rows, wfctl_command, wfctl_process
 
 REPO = Path(__file__).resolve().parent.parent
-APPS = REPO / "tests" / "apps"
 WORKFLOW_TYPE = "chaos3"
 STEPS = 3
 RESTART_AT = 0.4  # restart the database once this share of the workflows is completed
@@ -160,16 +165,13 @@ class Database:
 
 
 class EmbeddedDatabase(Database):
-    def __init__(self, workdir: Path, fast: bool) -> None:
-        from wfctl.embedded import EmbeddedServer
+    """A throwaway embedded PostgreSQL in ``workdir/server`` (the tests' ``servers.Embedded``)."""
 
-        settings = {"max_connections": "100"}
-        if fast:
-            settings.update(fsync="off", synchronous_commit="off", full_page_writes="off")
-        self.server = EmbeddedServer(workdir / "server", settings=settings)
-        log(f"starting a throwaway embedded PostgreSQL in {self.server.home}")
-        self.server.ensure_running()
-        self.dsn = self.server.dsn()
+    def __init__(self, workdir: Path, fast: bool) -> None:
+        settings = {"max_connections": "100", **(FAST if fast else {})}
+        log(f"starting a throwaway embedded PostgreSQL in {workdir / 'server'}")
+        self.server = servers.Embedded.init(workdir, "server", settings=settings)
+        self.dsn = self.server.dsn("wfctl")
         durability = "fsync off" if fast else "durable"
         self.description = f"embedded PostgreSQL {self.server.version()} ({durability})"
 
@@ -178,13 +180,15 @@ class EmbeddedDatabase(Database):
         return True
 
     def restart(self, down: float) -> None:
-        if not self.server.stop():  # pg_ctl stop -m fast -w
-            raise ChaosError("the embedded server was not running when the restart began")
+        try:
+            self.server.stop()  # fast shutdown, waiting for the server to exit
+        except RuntimeError as exc:
+            raise ChaosError(f"{exc} when the restart began") from None
         time.sleep(down)  # the outage itself: what the workers must ride out
-        self.server.ensure_running()
+        self.server.start()
 
     def close(self, keep: bool) -> None:
-        self.server.stop()
+        self.server.close()
         if not keep:
             shutil.rmtree(self.server.home, ignore_errors=True)
 
@@ -210,15 +214,10 @@ class ExternalDatabase(Database):
             raise ChaosError(f"--restart-cmd failed ({result.returncode}): {result.stderr.strip()[-300:]}")
 
 
-def query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
-
-
-def try_query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
+def try_rows(dsn: str, sql: str, *params: object) -> list[tuple[Any, ...]] | None:
     """None while the database is down."""
     try:
-        return query(dsn, sql, params)
+        return rows(dsn, sql, *params)
     except psycopg.OperationalError:
         return None
 
@@ -226,20 +225,11 @@ def try_query(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[An
 # -- processes --------------------------------------------------------------------------------
 
 
-def wfctl_env(dsn: str, effects: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
-    env.update(WFCTL_DSN=dsn, WFCTL_CHAOS_LOG=str(effects))
-    return env
-
-
 class WorkerProc:
     def __init__(self, index: int, opts: Options, env: dict[str, str]) -> None:
         self.index = index
         self.log_path = opts.workdir / f"worker{index:03d}.log"
-        cmd = [
-            sys.executable,
-            "-m",
-            "wfctl",
+        args = [
             "worker",
             "--app",
             "chaosflows",
@@ -255,10 +245,7 @@ class WorkerProc:
             "plain",
             "--quiet",
         ]
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                cmd, cwd=APPS, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
+        self.proc = wfctl_process(args, env=env, log_path=self.log_path)
         self.pid = self.proc.pid
         self.started = time.monotonic()
         self.killed: float | None = None  # monotonic time of the SIGKILL
@@ -308,19 +295,14 @@ class Cron(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.wait(self.opts.recover_every * self.rng.uniform(0.8, 1.2)):
             started = time.monotonic()
-            proc = subprocess.run(
-                [sys.executable, "-m", "wfctl", "recover", "--stale", self.opts.stale, "--json"],
-                cwd=APPS,
-                env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            rows: list[dict[str, Any]] = []
-            if proc.returncode == 0:
-                rows = json.loads(proc.stdout or "[]")
+            result = wfctl_command("recover", "--stale", self.opts.stale, "--json", env=self.env, timeout=120)
+            requeued: list[dict[str, Any]] = []
+            if result.exit_code == 0:
+                requeued = json.loads(result.stdout or "[]")
             with self.lock:
-                self.runs.append(RecoverRun(started, time.monotonic(), proc.returncode, rows, proc.stderr))
+                self.runs.append(
+                    RecoverRun(started, time.monotonic(), result.exit_code, requeued, result.stderr)
+                )
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -360,7 +342,7 @@ class Chaos:
         self.db = db
         self.rng = random.Random(opts.seed)
         self.effects = opts.workdir / "effects.log"
-        self.env = wfctl_env(db.dsn, self.effects)
+        self.env = isolated_env(WFCTL_DSN=db.dsn, WFCTL_CHAOS_LOG=str(self.effects))
         self.procs: list[WorkerProc] = []
         self.kills: list[Kill] = []
         self.restarts: list[Restart] = []
@@ -378,17 +360,12 @@ class Chaos:
             for i in range(self.opts.workflows):
                 ms = [round(self.rng.uniform(lo, hi), 1) for _ in range(STEPS)]
                 out.write(json.dumps({"n": i, "ms": ms}) + "\n")
-        proc = subprocess.run(
-            [sys.executable, "-m", "wfctl", "submit", WORKFLOW_TYPE, "--input-file", str(path), "--force"],
-            cwd=APPS,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
+        result = wfctl_command(
+            "submit", WORKFLOW_TYPE, "--input-file", str(path), "--force", env=self.env, timeout=300
         )
-        if proc.returncode != 0:
-            raise ChaosError(f"wfctl submit failed ({proc.returncode}): {proc.stderr.strip()}")
-        ids = proc.stdout.split()
+        if result.exit_code != 0:
+            raise ChaosError(f"wfctl submit failed ({result.exit_code}): {result.stderr.strip()}")
+        ids = result.stdout.split()
         if len(ids) != self.opts.workflows:
             raise ChaosError(f"wfctl submit printed {len(ids)} ids for {self.opts.workflows} lines")
         return ids
@@ -419,12 +396,12 @@ class Chaos:
         self.start_worker()
 
     def completed(self) -> int | None:
-        rows = try_query(
+        found = try_rows(
             self.db.dsn,
             "SELECT count(*) FROM workflows WHERE workflow_type = %s AND status = 'completed'",
-            (WORKFLOW_TYPE,),
+            WORKFLOW_TYPE,
         )
-        return None if rows is None else int(rows[0][0])
+        return None if found is None else int(found[0][0])
 
     def wait(self, predicate: Any, timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
@@ -443,19 +420,19 @@ class Chaos:
         # outage in its first connect and exit 4 (which is right for a worker that never ran)
         self.wait(lambda: all(w.id for w in self.live()), 60, "every worker to be ready before the restart")
         survivors = self.live()
-        offsets = {w.index: len(w.text()) for w in survivors}
-        rows = query(self.db.dsn, "SELECT count(*) FROM workflows WHERE status = 'running'")
-        log(f"restarting the database (fast shutdown, {self.opts.db_down:g}s down); {rows[0][0]} running")
+        windows = {w.index: LogWindow(w.text) for w in survivors}
+        running = rows(self.db.dsn, "SELECT count(*) FROM workflows WHERE status = 'running'")[0][0]
+        log(f"restarting the database (fast shutdown, {self.opts.db_down:g}s down); {running} running")
         stopped = time.monotonic()
         self.db.restart(self.opts.db_down)
         up = time.monotonic()
-        up_db = query(self.db.dsn, "SELECT now()")[0][0]
-        restart = Restart(stopped, up, up_db, int(rows[0][0]), [str(w.id) for w in survivors])
+        up_db = rows(self.db.dsn, "SELECT now()")[0][0]
+        restart = Restart(stopped, up, up_db, int(running), [str(w.id) for w in survivors])
         self.restarts.append(restart)
 
         def reconnected() -> bool:
             for w in survivors:
-                new = w.text()[offsets[w.index] :]
+                new = windows[w.index].new()
                 if "lost the database connection" in new and "reconnected after" in new:
                     restart.reconnected_after.setdefault(str(w.id), round(time.monotonic() - up, 2))
             return len(restart.reconnected_after) == len(survivors)
@@ -463,13 +440,14 @@ class Chaos:
         self.wait(reconnected, 60, "every worker to log 'lost the database connection' and 'reconnected'")
 
         def carried_on() -> bool:
-            rows = try_query(
+            found = try_rows(
                 self.db.dsn,
                 "SELECT count(DISTINCT lease_owner) FROM workflows WHERE status = 'completed'"
                 " AND finished_at > %s AND lease_owner = ANY(%s)",
-                (up_db, restart.survivors),
+                up_db,
+                restart.survivors,
             )
-            return rows is not None and rows[0][0] == len(survivors)
+            return found is not None and found[0][0] == len(survivors)
 
         self.wait(carried_on, 60, "every surviving worker to complete a workflow after the restart")
         log(f"database back after {up - stopped:.1f}s; every worker reconnected and carried on")
@@ -537,28 +515,28 @@ class Chaos:
             checks.append(Check(name, bool(ok), detail))
 
         statuses = dict(
-            query(
+            rows(
                 dsn,
                 "SELECT status, count(*) FROM workflows WHERE workflow_type = %s GROUP BY 1",
-                (WORKFLOW_TYPE,),
+                WORKFLOW_TYPE,
             )
         )
         total = sum(statuses.values())
         check("workflows", total == n, f"{total} stored for {n} submitted")
         check("all completed", statuses.get("completed") == n, f"statuses {statuses}")
-        wrong_output = query(
+        wrong_output = rows(
             dsn,
             "SELECT count(*) FROM workflows WHERE workflow_type = %s"
             " AND (output_data IS DISTINCT FROM '{\"sum\": 6}'::jsonb OR current_step <> 3)",
-            (WORKFLOW_TYPE,),
+            WORKFLOW_TYPE,
         )[0][0]
         check("outputs", wrong_output == 0, f"{wrong_output} workflows without output {{'sum': 6}} at step 3")
-        stored, distinct, done_steps = query(
+        stored, distinct, done_steps = rows(
             dsn,
             "SELECT count(*), count(DISTINCT (s.workflow_id, s.step_number)),"
             " count(*) FILTER (WHERE s.status = 'completed' AND s.output_data = to_jsonb(s.step_number))"
             " FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id WHERE w.workflow_type = %s",
-            (WORKFLOW_TYPE,),
+            WORKFLOW_TYPE,
         )[0]
         check(
             "checkpoints exactly once",
@@ -566,17 +544,17 @@ class Chaos:
             f"count(*) {stored}, count(distinct (workflow_id, step_number)) {distinct}, "
             f"completed with the right output {done_steps}, expected {STEPS * n}",
         )
-        running = query(dsn, "SELECT count(*) FROM workflows WHERE status = 'running'")[0][0]
+        running = rows(dsn, "SELECT count(*) FROM workflows WHERE status = 'running'")[0][0]
         check("nothing left running", running == 0, f"{running} workflows still running")
         check(
             "live workers exit 0 on SIGTERM",
             all(code == 0 for code in exit_codes),
             f"exit codes {exit_codes}",
         )
-        stopped_rows = query(
+        stopped_rows = rows(
             dsn,
             "SELECT count(*) FILTER (WHERE stopped_at IS NOT NULL), count(*) FROM workers WHERE id = ANY(%s)",
-            ([w.id for w in self.live() if w.id],),
+            [w.id for w in self.live() if w.id],
         )[0]
         check(
             "live workers marked stopped",
@@ -592,12 +570,11 @@ class Chaos:
         known = set(ids)
         executions: collections.Counter[tuple[str, int, int]] = collections.Counter()
         strangers = 0
-        if self.effects.exists():
-            for line in self.effects.read_text().splitlines():
-                wid, step, attempt, _pid = line.split()
-                if wid not in known:
-                    strangers += 1
-                executions[(wid, int(step), int(attempt))] += 1
+        for line in complete_lines(self.effects):
+            wid, step, attempt, _pid = line.split()
+            if wid not in known:
+                strangers += 1
+            executions[(wid, int(step), int(attempt))] += 1
         real = sum(executions.values())
         check("effects belong to submitted workflows", strangers == 0, f"{strangers} lines of unknown ids")
         twice = [k for k, v in executions.items() if v > 1]
@@ -609,11 +586,11 @@ class Chaos:
 
         stored_attempt = {
             (str(wid), int(step)): int(attempt)
-            for wid, step, attempt in query(
+            for wid, step, attempt in rows(
                 dsn,
                 "SELECT s.workflow_id, s.step_number, s.attempt FROM workflow_steps s"
                 " JOIN workflows w ON w.id = s.workflow_id WHERE w.workflow_type = %s",
-                (WORKFLOW_TYPE,),
+                WORKFLOW_TYPE,
             )
         }
         unexecuted = [k for k, a in stored_attempt.items() if (k[0], k[1], a) not in executions]
@@ -658,11 +635,11 @@ class Chaos:
                 cls = ("kill", pid) if dead else ("live", index, owner)
                 requeues[(str(row["id"]), int(row["attempt"]))] = cls
         reported = len(requeues)
-        attempts_in_db = query(
+        attempts_in_db = rows(
             dsn,
             "SELECT coalesce(sum(attempt - 1), 0), max(attempt), max(lease_epoch) FROM workflows"
             " WHERE workflow_type = %s",
-            (WORKFLOW_TYPE,),
+            WORKFLOW_TYPE,
         )[0]
         db_requeues = int(attempts_in_db[0])
         check(
@@ -772,7 +749,7 @@ class Chaos:
                 conn.execute(
                     "DELETE FROM workflow_steps WHERE workflow_id IN"
                     " (SELECT id FROM workflows WHERE workflow_type = %s)",
-                    (WORKFLOW_TYPE,),
+                    WORKFLOW_TYPE,
                 )
                 conn.execute("DELETE FROM workflows WHERE workflow_type = %s", (WORKFLOW_TYPE,))
                 conn.execute("DELETE FROM workers WHERE id = ANY(%s)", ([w.id for w in self.procs if w.id],))
@@ -856,7 +833,7 @@ def run(opts: Options) -> tuple[dict[str, Any], list[Check]]:
 
 def parse_args(argv: list[str] | None) -> Options:
     parser = argparse.ArgumentParser(
-        prog="python bench/chaos.py",
+        prog="python tests/chaos.py",
         description="Chaos run: kill workers, recover from cron, restart the database; "
         "verify exactly-once checkpoints.",
     )

@@ -1,0 +1,107 @@
+"""The workflow tests/test_stateful.py (and tests/test_stateful_regressions.py) drive.
+
+``sf-flow`` runs the steps its input lists, in order: ``{"steps": [[kind, arg], ...]}``. Step i
+of the list is the engine's step number i (a durable sleep takes a number too). Kinds:
+
+- ``ok``: returns at once;
+- ``raise``: raises ``RuntimeError`` while ``ctx.attempt <= arg`` (an ordinary failed attempt);
+- ``exit``: calls ``sys.exit(3)`` while ``ctx.attempt <= arg`` (a ``BaseException`` from
+  workflow code, which ``ctx.step`` does not catch);
+- ``base``: raises ``Abort``, a ``BaseException`` of its own, while ``ctx.attempt <= arg``;
+- ``gate``: blocks until the file ``$WFCTL_SF_GATES/<workflow id>`` (or ``$WFCTL_SF_GATES/ALL``)
+  exists, so the test can hold one specific run inside a step and release it;
+- ``sleep``: ``ctx.sleep(arg)``, a durable sleep of ``arg`` (a duration such as ``"300ms"``);
+- ``long``: a step whose name is longer than the 200 characters ``workflow_steps.step_name``
+  holds: the database would refuse its checkpoint (issue 9 items 1 and 5).
+
+Every step function first appends one line
+
+    <workflow id> <step number> <kind> <attempt> <epoch> <nonce>
+
+to ``$WFCTL_SF_LOG`` (one ``write(2)`` on an ``O_APPEND`` descriptor: whole lines only, even
+from many threads and processes, even under SIGKILL), then does what its kind says and returns
+the nonce, which becomes the step's checkpoint: a stored output names the very execution that
+produced it. The workflow returns ``{"outputs": [...]}``, the outputs of its steps (``None`` for
+a sleep), as ``ctx.step`` handed them back.
+
+The lease epoch is not part of the workflow API; it is read from the worker's execution object
+behind the context (``ctx._journal.claimed.epoch``), a private attribute: when the engine
+changes it, the line carries ``?`` and the stateful test says that this helper needs updating.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+import wfctl
+
+_fd: int | None = None
+_lock = threading.Lock()
+
+POLICY_MAX_RETRIES = 2  # the type's policy, for a submit that leaves max_retries unset
+
+
+class Abort(BaseException):
+    """A BaseException that is neither SystemExit nor KeyboardInterrupt."""
+
+
+def _log_fd() -> int | None:
+    global _fd
+    if _fd is None:
+        path = os.environ.get("WFCTL_SF_LOG")
+        if not path:
+            return None
+        with _lock:
+            if _fd is None:
+                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    return _fd
+
+
+def epoch_of(ctx: wfctl.Context) -> str:
+    claimed = getattr(getattr(ctx, "_journal", None), "claimed", None)
+    epoch = getattr(claimed, "epoch", None)
+    return "?" if epoch is None else str(int(epoch))
+
+
+def gate_open(wid: str) -> bool:
+    gates = os.environ.get("WFCTL_SF_GATES")
+    if not gates:
+        return True
+    return os.path.exists(os.path.join(gates, wid)) or os.path.exists(os.path.join(gates, "ALL"))
+
+
+def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
+    nonce = uuid.uuid4().hex[:12]
+    fd = _log_fd()
+    if fd is not None:
+        os.write(fd, f"{wid} {number} {kind} {attempt} {epoch} {nonce}\n".encode())
+    if kind == "raise" and attempt <= arg:
+        raise RuntimeError(f"step {number} fails on attempt {attempt}")
+    if kind == "exit" and attempt <= arg:
+        sys.exit(3)
+    if kind == "base" and attempt <= arg:
+        raise Abort(f"step {number} aborts on attempt {attempt}")
+    if kind == "gate":
+        while not gate_open(wid):
+            time.sleep(0.01)
+    return nonce
+
+
+@wfctl.workflow("sf-flow", max_retries=POLICY_MAX_RETRIES, retry_base=0.05, retry_cap=0.2)
+def flow(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
+    wid = str(ctx.workflow_id)
+    epoch = epoch_of(ctx)
+    outputs: list[Any] = []
+    for number, (kind, arg) in enumerate(data["steps"], start=1):
+        if kind == "sleep":
+            ctx.sleep(arg)
+            outputs.append(None)
+        else:
+            name = f"s{number}-{kind}" + ("-" + "x" * 200 if kind == "long" else "")
+            outputs.append(ctx.step(name, run_step, wid, number, kind, ctx.attempt, epoch, arg))
+    return {"outputs": outputs}

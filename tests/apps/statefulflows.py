@@ -9,7 +9,8 @@ of the list is the engine's step number i (a durable sleep takes a number too). 
   workflow code, which ``ctx.step`` does not catch);
 - ``base``: raises ``Abort``, a ``BaseException`` of its own, while ``ctx.attempt <= arg``;
 - ``gate``: blocks until the file ``$WFCTL_SF_GATES/<workflow id>`` (or ``$WFCTL_SF_GATES/ALL``)
-  exists, so the test can hold one specific run inside a step and release it;
+  exists, so the test can hold one specific run inside a step and release it; with an ``arg``
+  k > 0, the file ``<workflow id>-k`` opens this gate alone (the others of the run stay shut);
 - ``sleep``: ``ctx.sleep(arg)``, a durable sleep of ``arg`` (a duration such as ``"300ms"``);
 - ``long``: a step whose name is longer than the 200 characters ``workflow_steps.step_name``
   holds: the database would refuse its checkpoint (issue 9 items 1 and 5).
@@ -68,11 +69,12 @@ def epoch_of(ctx: wfctl.Context) -> str:
     return "?" if epoch is None else str(int(epoch))
 
 
-def gate_open(wid: str) -> bool:
+def gate_open(wid: str, number: int = 0) -> bool:
     gates = os.environ.get("WFCTL_SF_GATES")
     if not gates:
         return True
-    return os.path.exists(os.path.join(gates, wid)) or os.path.exists(os.path.join(gates, "ALL"))
+    names = ["ALL", wid] + ([f"{wid}-{number}"] if number else [])
+    return any(os.path.exists(os.path.join(gates, name)) for name in names)
 
 
 def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
@@ -87,7 +89,7 @@ def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: An
     if kind == "base" and attempt <= arg:
         raise Abort(f"step {number} aborts on attempt {attempt}")
     if kind == "gate":
-        while not gate_open(wid):
+        while not gate_open(wid, arg):
             time.sleep(0.01)
     return nonce
 

@@ -101,11 +101,11 @@ class ChaosError(Exception):
 
 def _seconds(text: str, what: str) -> float:
     from wfctl.durations import parse_duration
-    from wfctl.errors import UsageError
+    from wfctl.errors import InvalidInput
 
     try:
         return parse_duration(text, what=what, allow_zero=False).total_seconds()
-    except UsageError as exc:
+    except InvalidInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

@@ -31,7 +31,7 @@ import pytest
 from helpers import APPS, free_port, with_db
 from psycopg import sql
 
-from wfctl.client import MAX_INPUT_BYTES
+from wfctl.validate import MAX_INPUT_BYTES
 
 LIVE_WORKER = "host-a:4242:abcdef"
 PASSWORD = "Sw0rdfish-Secret"  # the password of every DSN that carries one below

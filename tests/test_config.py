@@ -10,7 +10,7 @@ import pytest
 
 from wfctl.config import Target, load_config, resolve_target, write_config
 from wfctl.connection import mask_dsn, scrub
-from wfctl.errors import ConfigError, UsageError
+from wfctl.errors import ConfigError, InvalidInput
 
 
 def test_precedence_dsn_option_first(clean_env, monkeypatch):
@@ -118,7 +118,7 @@ def test_scrub_removes_fragments_of_unparsable_passwords():
 
 @pytest.mark.parametrize("value", ["", "  "])
 def test_empty_dsn_option_is_an_error(clean_env, value):
-    with pytest.raises(UsageError, match="--dsn is empty"):
+    with pytest.raises(InvalidInput, match="--dsn is empty"):
         resolve_target(value, load_config())
 
 

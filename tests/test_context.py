@@ -77,7 +77,7 @@ def test_sleep_parks_with_checkpointed_wake_time_then_continues():
 
 
 def test_bad_sleep_duration():
-    from wfctl.errors import UsageError
+    from wfctl.errors import InvalidInput
 
-    with pytest.raises(UsageError, match="invalid sleep duration"):
+    with pytest.raises(InvalidInput, match="invalid sleep duration"):
         make(MemoryJournal()).sleep("soon")

@@ -21,7 +21,7 @@ from psycopg import conninfo
 
 import wfctl
 from wfctl.durations import interval_text, parse_duration
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 
 # Europe/Berlin: clocks spring forward on 2026-03-29 at 02:00 and fall back on 2026-10-25 at 03:00
 AFTER_SPRING = datetime(2026, 3, 29, 10, 0, tzinfo=UTC)  # 12:00 CEST; 1 day earlier is 23h earlier
@@ -182,7 +182,7 @@ def test_interval_text_is_exact_seconds():
     ],
 )
 def test_durations_below_the_minimum_are_refused(text, minimum, message):
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(InvalidInput, match=message):
         parse_duration(text, what="--stale", minimum=minimum)
 
 
@@ -191,7 +191,7 @@ def test_minimum_durations_and_zero_are_accepted():
     assert parse_duration("1s", minimum=1.0) == timedelta(seconds=1)
     assert parse_duration("1000ms", minimum=1.0) == timedelta(seconds=1)
     assert parse_duration("0s") == timedelta(0)  # --delay 0s, --grace 0s: no wait
-    with pytest.raises(UsageError, match="must be greater than zero"):
+    with pytest.raises(InvalidInput, match="must be greater than zero"):
         parse_duration("0s", allow_zero=False)
 
 

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 
 import wfctl
-from wfctl import client
-from wfctl.client import MAX_INPUT_BYTES
-from wfctl.errors import UsageError
+from wfctl.cli import jsonlines
+from wfctl.errors import InvalidInput
+from wfctl.validate import MAX_INPUT_BYTES
 
 
 def count(dsn: str) -> int:
@@ -35,7 +35,7 @@ def test_python_api_limit_counts_the_values_bytes(dsn):
     with psycopg.connect(dsn) as conn:
         stored = conn.execute("SELECT input_data FROM workflows WHERE id = %s", (wid,)).fetchone()[0]
     assert stored == {"text": "é" * 300_000}
-    with pytest.raises(UsageError, match=f"over the limit of {MAX_INPUT_BYTES} bytes"):
+    with pytest.raises(InvalidInput, match=f"over the limit of {MAX_INPUT_BYTES} bytes"):
         wfctl.submit(dsn, "order", "é" * (MAX_INPUT_BYTES // 2))
     assert count(dsn) == 1
 
@@ -44,13 +44,13 @@ def test_line_separators_and_bom():
     """str.splitlines() also splits at U+2028, U+2029 and U+0085, which JSON strings may hold."""
     values = [{"s": "a\u2028b"}, {"s": "c\u0085d\u2029e"}]
     data = b"\xef\xbb\xbf" + "".join(json.dumps(v, ensure_ascii=False) + "\n" for v in values).encode()
-    assert [json.loads(t) for t in client.parse_jsonl(data, "f")] == values
-    with pytest.raises(UsageError, match="line 2: malformed JSON"):
-        client.parse_jsonl(b"1\n\xef\xbb\xbf2\n", "f")  # a BOM is skipped at the start only
+    assert [json.loads(t) for t in jsonlines.parse_jsonl(data, "f")] == values
+    with pytest.raises(InvalidInput, match="line 2: malformed JSON"):
+        jsonlines.parse_jsonl(b"1\n\xef\xbb\xbf2\n", "f")  # a BOM is skipped at the start only
 
 
 def test_file_line_cap_stores_nothing(cli, dsn, clean_env, monkeypatch):
-    monkeypatch.setattr(client, "MAX_FILE_LINES", 5, raising=False)
+    monkeypatch.setattr(jsonlines, "MAX_FILE_LINES", 5)
     (clean_env / "in.jsonl").write_text("{}\n" * 6)
     result = cli("submit", "order", "--input-file", "in.jsonl", "--dsn", dsn)
     assert result.exit_code == 2, result.output

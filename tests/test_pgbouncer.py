@@ -304,7 +304,7 @@ def test_bulk_submits_through_pgbouncer_leave_no_prepared_statement(bounced, dat
     """`wfctl submit --input-file` runs one INSERT per batch of SUBMIT_BATCH lines; psycopg
     prepares a statement run 5 times, and in transaction pooling that prepared statement stays
     on the server connection for the next client, whose own `_pg3_0` then collides with it."""
-    from wfctl.cli.run import SUBMIT_BATCH
+    from wfctl.cli.submit import SUBMIT_BATCH
 
     # one server connection: each client gets the one the previous client used
     with servers.PgBouncer(bounced.server, pool_size=1, name=f"pool1-{database}") as bouncer:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wfctl.errors import EXIT_CODES
+from wfctl.exits import EXIT_CODES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

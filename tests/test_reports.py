@@ -10,7 +10,7 @@ import pytest
 from report_rows import db_now, step, worker, workflow
 
 from wfctl import reports
-from wfctl.errors import NotFound, UsageError
+from wfctl.errors import InvalidInput, NotFound
 from wfctl.prometheus import label_translation
 
 DAY = timedelta(hours=24)
@@ -133,7 +133,7 @@ def test_slow_steps_average_p95_and_count_per_type_and_step(conn):
 
 
 def test_stats_rejects_a_non_positive_window(conn):
-    with pytest.raises(UsageError):
+    with pytest.raises(InvalidInput):
         reports.stats(conn, since=timedelta(0), stale=STALE)
 
 
@@ -157,9 +157,9 @@ def test_list_is_newest_first_with_filters(conn):
 
 
 def test_list_rejects_a_bad_status_and_limit(conn):
-    with pytest.raises(UsageError, match="use one of pending, running, completed, failed, cancelled"):
+    with pytest.raises(InvalidInput, match="use one of pending, running, completed, failed, cancelled"):
         reports.list_workflows(conn, status="done")
-    with pytest.raises(UsageError):
+    with pytest.raises(InvalidInput):
         reports.list_workflows(conn, limit=0)
 
 
@@ -205,7 +205,7 @@ def test_show_returns_the_row_and_the_step_timeline(conn):
 
 
 def test_show_errors(conn):
-    with pytest.raises(UsageError, match="not a UUID"):
+    with pytest.raises(InvalidInput, match="not a UUID"):
         reports.show_workflow(conn, "12345")
     with pytest.raises(NotFound):
         reports.show_workflow(conn, "00000000-0000-0000-0000-000000000000")

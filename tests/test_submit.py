@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 import wfctl
-from wfctl.client import MAX_INPUT_BYTES, Submitted, submit_one
+from wfctl.client import Submitted, submit_one
+from wfctl.validate import MAX_INPUT_BYTES
 
 
 def count(dsn: str) -> int:
@@ -162,7 +163,7 @@ def test_python_api_and_sql_function(dsn):
 
 
 def test_python_api_rejects_bad_input(dsn):
-    with pytest.raises(wfctl.errors.UsageError, match="cannot be stored: Object of type set"):
+    with pytest.raises(wfctl.errors.InvalidInput, match="cannot be stored: Object of type set"):
         wfctl.submit(dsn, "order", {"s": {1}})
     assert count(dsn) == 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 from wfctl.worker.duties import Duties, Duty
 from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, should_claim
@@ -95,9 +95,9 @@ def test_options_flags_over_config_over_defaults():
     assert resolve({"concurrency": 4}, concurrency=2, no_listen=True).concurrency == 2
     assert resolve({}, grace="0s").grace == 0.0
     assert default_text("heartbeat") == "10s" and default_text("concurrency") == "8"
-    with pytest.raises(UsageError, match="--concurrency"):
+    with pytest.raises(InvalidInput, match="--concurrency"):
         WorkerOptions(concurrency=0)
-    with pytest.raises(UsageError, match="--log-format"):
+    with pytest.raises(InvalidInput, match="--log-format"):
         resolve({"log_format": "xml"})
 
 

@@ -23,7 +23,7 @@ from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
 from wfctl.connection import connect, has_secret, is_secret
-from wfctl.errors import ConfigError, UsageError
+from wfctl.errors import ConfigError, InvalidInput
 
 DEFAULT_CONFIG_NAME = "wfctl.toml"
 DEFAULT_DATA_DIR = ".wfctl"
@@ -181,7 +181,9 @@ def resolve_target(dsn_option: str | None, config: Config) -> Target:
     embedded server."""
     if dsn_option is not None:
         if not dsn_option.strip():
-            raise UsageError("--dsn is empty: give a DSN (such as 'host=db1 dbname=app'), or leave --dsn out")
+            raise InvalidInput(
+                "--dsn is empty: give a DSN (such as 'host=db1 dbname=app'), or leave --dsn out"
+            )
         return Target(dsn=dsn_option, source="--dsn")
     env = os.environ.get("WFCTL_DSN")
     if env is not None:

@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from wfctl.durations import as_seconds
-from wfctl.errors import InvalidState, NotFound, UsageError
+from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.queries import q
 from wfctl.words import FINISHED, RETRYABLE
 
@@ -60,7 +60,7 @@ class Retried:
 
 def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None) -> Retried:
     if from_step is not None and from_step < 1:
-        raise UsageError("--from-step counts from 1")
+        raise InvalidInput("--from-step counts from 1")
     with conn.transaction():
         status = _lookup(conn, wid).status
         if status not in RETRYABLE:
@@ -96,7 +96,7 @@ def prune(
     each commit on their own; with ``dry_run``, only count them."""
     bad = [s for s in statuses if s not in FINISHED]
     if bad:
-        raise UsageError(
+        raise InvalidInput(
             f"prune removes finished workflows only ({', '.join(FINISHED)}), not {', '.join(bad)}"
         )
     params = {"statuses": list(statuses), "older_than": as_seconds(older_than), "batch": batch}

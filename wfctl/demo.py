@@ -21,7 +21,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import client, recovery
+from wfctl import client, recovery, validate
 from wfctl.queries import q
 
 APP = "wfctl.demo_app"
@@ -78,7 +78,7 @@ def run(
 ) -> DemoResult:
     began = time.monotonic()
     inputs = [
-        client.encode_input({"amount": 10 + i, "sku": f"SKU-{i:03d}", "email": f"c{i}@example.com"})
+        validate.encode_input({"amount": 10 + i, "sku": f"SKU-{i:03d}", "email": f"c{i}@example.com"})
         for i in range(orders)
     ]
     with conn.transaction():
@@ -86,7 +86,7 @@ def run(
         crashed = client.submit_one(
             conn,
             TYPE,
-            client.encode_input(
+            validate.encode_input(
                 {"amount": 42, "sku": "SKU-CRASH", "email": "crash@example.com", "crash": True}
             ),
         ).id
@@ -127,7 +127,7 @@ def run(
         flaky = client.submit_one(
             conn,
             TYPE,
-            client.encode_input(
+            validate.encode_input(
                 {"amount": 99, "sku": "SKU-FLAKY", "email": "flaky@example.com", "flaky": True}
             ),
         ).id

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 MAX_SECONDS = 100 * 365 * 86400.0  # beyond this, timestamps overflow (and it is a typo anyway)
@@ -27,22 +27,22 @@ _MICROSECOND = timedelta(microseconds=1)
 def parse_duration(
     text: str, *, what: str = "duration", allow_zero: bool = True, minimum: float = MIN_SECONDS
 ) -> timedelta:
-    """Parse ``text`` into a timedelta, or raise UsageError with one line saying what is accepted.
+    """Parse ``text`` into a timedelta, or raise InvalidInput with one line saying what is accepted.
 
     Zero is accepted when ``allow_zero``; any other value must be at least ``minimum`` seconds
     (1ms unless the caller asks for more)."""
     match = _PATTERN.match(text or "")
     if not match:
-        raise UsageError(f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d")
+        raise InvalidInput(f"invalid {what} {text!r}: use a number and a unit, such as 30s, 5m, 24h or 7d")
     value = float(match.group(1)) * _UNITS[match.group(2)]
     if value > MAX_SECONDS:
-        raise UsageError(f"invalid {what} {text!r}: longer than the limit of 100 years")
+        raise InvalidInput(f"invalid {what} {text!r}: longer than the limit of 100 years")
     if value == 0:
         if not allow_zero:
-            raise UsageError(f"invalid {what} {text!r}: must be greater than zero")
+            raise InvalidInput(f"invalid {what} {text!r}: must be greater than zero")
     elif value < max(minimum, MIN_SECONDS):
         shortest = format_minimum(max(minimum, MIN_SECONDS))
-        raise UsageError(f"invalid {what} {text!r}: shorter than the minimum of {shortest}")
+        raise InvalidInput(f"invalid {what} {text!r}: shorter than the minimum of {shortest}")
     return timedelta(seconds=value)
 
 

@@ -1,15 +1,16 @@
-"""wfctl's exceptions: one type per exit code, so the CLI maps errors to codes in one place.
+"""wfctl's exceptions, the library's contract: ``wfctl.submit()``, ``@wfctl.workflow`` and the
+engine raise these, never the CLI's exit codes or a bare ``ValueError``.
 
-The exit codes are part of the public contract (README, "Exit codes") and never change meaning.
+Every class is a ``WfctlError``; ``InvalidInput`` is also a ``ValueError``, so code written
+against ``except ValueError`` keeps working. What each means for a process's exit status is the
+CLI's business and lives in one place, ``wfctl/exits.py``.
 """
 
 from __future__ import annotations
 
 
 class WfctlError(Exception):
-    """Base class: a problem wfctl explains to the user in one line."""
-
-    exit_code = 1
+    """Base class: a problem wfctl explains in one line (``hint`` says what to do about it)."""
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -22,74 +23,43 @@ class WfctlError(Exception):
         return self.message
 
 
-class UsageError(WfctlError):
-    """Bad input on the command line: malformed JSON, a bad duration, an invalid option value."""
-
-    exit_code = 2
+class InvalidInput(WfctlError, ValueError):
+    """A value wfctl cannot accept: malformed or unstorable JSON, a bad duration, a workflow type
+    or key it cannot store, an out-of-range number, a bad decorator argument."""
 
 
 class ConfigError(WfctlError):
     """An unreadable or invalid wfctl.toml, or a DSN that cannot be parsed."""
 
-    exit_code = 3
-
 
 class ConnectionFailed(WfctlError):
     """The database cannot be reached, or refuses our credentials."""
-
-    exit_code = 4
 
 
 class SchemaError(WfctlError):
     """The database has no wfctl schema, or one older or newer than this wfctl understands."""
 
-    exit_code = 5
-
 
 class NotFound(WfctlError):
     """An id or name that does not exist."""
-
-    exit_code = 6
 
 
 class InvalidState(WfctlError):
     """The request does not fit the object's state (cancel a finished workflow, retry a running one)."""
 
-    exit_code = 7
+
+class Fenced(InvalidState):
+    """A write on behalf of a run was refused because the run's lease moved on: another worker
+    (a later epoch) holds it, or it was cancelled or recovered. Nothing of the write was stored."""
 
 
 class PermissionDenied(WfctlError):
     """The database role lacks a privilege the command needs."""
 
-    exit_code = 8
-
 
 class AppError(WfctlError):
     """The workflow application module cannot be imported or registers nothing."""
 
-    exit_code = 9
-
 
 class ServerError(WfctlError):
     """The embedded PostgreSQL server could not be set up, started or stopped."""
-
-    exit_code = 10
-
-
-EXIT_INTERRUPTED = 130
-
-#: code -> meaning, rendered into the README's exit-code table and checked by a test.
-EXIT_CODES: dict[int, str] = {
-    0: "success (including 'nothing to do')",
-    1: "unexpected internal error (run with --debug and report it)",
-    UsageError.exit_code: "bad input: malformed JSON, bad duration, invalid option or argument",
-    ConfigError.exit_code: "invalid configuration: unreadable or invalid wfctl.toml, bad DSN syntax",
-    ConnectionFailed.exit_code: "database unreachable, or authentication failed",
-    SchemaError.exit_code: "schema missing, too old or too new: run `wfctl init` (or upgrade wfctl)",
-    NotFound.exit_code: "no such workflow (or other object)",
-    InvalidState.exit_code: "the object is in the wrong state for this request",
-    PermissionDenied.exit_code: "the database role lacks a needed privilege",
-    AppError.exit_code: "the --app module does not import or registers no workflow",
-    ServerError.exit_code: "the embedded PostgreSQL could not be started or stopped",
-    EXIT_INTERRUPTED: "interrupted (SIGINT twice)",
-}

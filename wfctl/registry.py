@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from wfctl.durations import parse_duration
-from wfctl.errors import AppError
+from wfctl.errors import AppError, InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,7 +37,7 @@ class Registry:
         existing = self.types.get(workflow_type.name)
         if existing is not None and existing.fn is not workflow_type.fn:
             qual = getattr(existing.fn, "__qualname__", existing.fn)
-            raise ValueError(f"workflow type {workflow_type.name!r} is already registered by {qual}")
+            raise InvalidInput(f"workflow type {workflow_type.name!r} is already registered by {qual}")
         self.types[workflow_type.name] = workflow_type
 
     def get(self, name: str) -> WorkflowType | None:
@@ -61,12 +61,12 @@ def _as_delta(value: str | float | timedelta, what: str) -> timedelta:
         delta = value
     elif isinstance(value, int | float):
         if not 0 <= value <= MAX_RETRY_DELAY.total_seconds():
-            raise ValueError(f"{what} must be between 0 and 100 years, not {value!r} seconds")
+            raise InvalidInput(f"{what} must be between 0 and 100 years, not {value!r} seconds")
         delta = timedelta(seconds=value)
     else:
         delta = parse_duration(value, what=what)
     if not timedelta(0) <= delta <= MAX_RETRY_DELAY:
-        raise ValueError(f"{what} must be between 0 and 100 years, not {delta}")
+        raise InvalidInput(f"{what} must be between 0 and 100 years, not {delta}")
     return delta
 
 
@@ -84,9 +84,9 @@ def workflow(
     ``retry_base * 2**(attempt-1)`` (capped at ``retry_cap``) with jitter.
     """
     if not name or len(name) > MAX_TYPE_LENGTH:
-        raise ValueError(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
+        raise InvalidInput(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
     if max_retries < 0:
-        raise ValueError("max_retries must be >= 0")
+        raise InvalidInput("max_retries must be >= 0")
 
     base = _as_delta(retry_base, "retry_base")
     cap = _as_delta(retry_cap, "retry_cap")

@@ -23,7 +23,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
 from wfctl.durations import interval_text
-from wfctl.errors import NotFound, UsageError
+from wfctl.errors import InvalidInput, NotFound
 from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
 from wfctl.words import RUNNING, STATUSES, check_status, parse_id
@@ -75,7 +75,7 @@ def _rows(
 
 #: How deep ``show`` draws a stored JSON value that Python cannot read whole (one stored by
 #: SQL, nested deeper than the recursion limit): containers below this depth are replaced by a
-#: string saying so. wfctl itself refuses inputs nested deeper than client.MAX_JSON_DEPTH.
+#: string saying so. wfctl itself refuses inputs nested deeper than validate.MAX_JSON_DEPTH.
 SHOW_JSON_DEPTH = 500
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 _INT_DIGITS = 4300  # Python's default limit for int(str)
@@ -163,7 +163,7 @@ def _positive(value: timedelta, what: str) -> str:
     """A window or threshold for the SQL of reports.sql (``%(x)s::interval``), as exact seconds:
     a timedelta would be sent as days, which are 23 or 25 hours on a daylight-saving day."""
     if value <= timedelta(0):
-        raise UsageError(f"{what} must be greater than zero")
+        raise InvalidInput(f"{what} must be greater than zero")
     return interval_text(value)
 
 
@@ -199,7 +199,7 @@ def list_workflows(
 ) -> list[Row]:
     """Workflows newest first, optionally of one status and type, created within ``since``."""
     if not 1 <= limit <= MAX_LIMIT:
-        raise UsageError(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
+        raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
     params = {
         "status": check_status(status) if status is not None else None,
         "workflow_type": workflow_type,

@@ -113,3 +113,35 @@ def grant_worker(conn: psycopg.Connection[Any], role: str) -> None:
     assert current is not None
     with conn.transaction():
         conn.execute(composed("grants.grant_worker", role=role, schema=str(current[2])))
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What ``wfctl db status`` reports about a reachable database."""
+
+    server_version: str
+    role: str
+    database: str
+    schema: str
+    schema_version: int | None
+    tables: list[dict[str, Any]]  # one per wfctl table: name, columns, indexes, rows, bytes
+
+
+def overview(conn: psycopg.Connection[Any]) -> Overview:
+    """The server, the role and schema we are connected as, and the wfctl tables installed."""
+    version = conn.execute(q("admin.server_version")).fetchone()
+    who = conn.execute(q("admin.whoami")).fetchone()
+    installed = current_version(conn)
+    tables: list[dict[str, Any]] = []
+    if installed:
+        cur = conn.execute(q("admin.schema_overview"))
+        names = [c.name for c in cur.description or []]
+        tables = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    return Overview(
+        server_version=version[0] if version else "",
+        role=who[0] if who else "",
+        database=who[1] if who else "",
+        schema=who[2] if who else "",
+        schema_version=installed,
+        tables=tables,
+    )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 from uuid import UUID
 
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 
 PENDING: Final = "pending"
 RUNNING: Final = "running"
@@ -31,7 +31,7 @@ def parse_id(text: str) -> UUID:
     try:
         return UUID(text.strip())
     except (ValueError, AttributeError):
-        raise UsageError(
+        raise InvalidInput(
             f"invalid workflow id {text!r}: not a UUID (such as 1b9e0f6c-8d7f-4a43-9a1e-9f3c2b0f3a11)"
         ) from None
 
@@ -41,7 +41,7 @@ def parse_statuses(text: str, allowed: Sequence[str] = STATUSES) -> list[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
     bad = [w for w in words if w not in allowed]
     if bad or not words:
-        raise UsageError(
+        raise InvalidInput(
             f"invalid status {', '.join(bad) or repr(text)}: use {', '.join(allowed)} (comma-separated)"
         )
     return words
@@ -50,5 +50,5 @@ def parse_statuses(text: str, allowed: Sequence[str] = STATUSES) -> list[str]:
 def check_status(status: str) -> str:
     """Exactly one status word."""
     if status not in STATUSES:
-        raise UsageError(f"invalid status {status!r}: use one of {', '.join(STATUSES)}")
+        raise InvalidInput(f"invalid status {status!r}: use one of {', '.join(STATUSES)}")
     return status

@@ -14,14 +14,13 @@ import psycopg
 import typer
 from typer.core import TyperGroup
 
-from wfctl import __version__
-from wfctl.cli import completion, demo, inspect, manage, render, run
+from wfctl import __version__, exits
+from wfctl.cli import completion, demo, inspect, manage, render, setup, submit, worker
 from wfctl.cli import db as db_commands
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate
-from wfctl.errors import EXIT_INTERRUPTED, WfctlError
-from wfctl.errors import UsageError as BadInput
+from wfctl.errors import WfctlError
 
 
 def _debug_enabled(args: Sequence[str]) -> bool:
@@ -62,18 +61,18 @@ class WfctlGroup(TyperGroup):
             code = exc.exit_code
         except (typer.Abort, KeyboardInterrupt):
             render.error("interrupted")
-            code = EXIT_INTERRUPTED
+            code = exits.INTERRUPTED
         except WfctlError as exc:
             if debug:
                 traceback.print_exc()
             render.error(scrub(str(exc), *_secrets_in(argv)))
-            code = exc.exit_code
+            code = exits.code_for(exc)
         except psycopg.Error as exc:
             if debug:
                 traceback.print_exc()
             wrapped = translate(exc)
             render.error(scrub(str(wrapped), *_secrets_in(argv)))
-            code = wrapped.exit_code
+            code = exits.code_for(wrapped)
         except UnicodeError as exc:
             # a string from the command line or the environment holding bytes that are not UTF-8
             # (Python hands them over as surrogate escapes) met a place that needs UTF-8
@@ -83,7 +82,7 @@ class WfctlGroup(TyperGroup):
             if isinstance(exc, UnicodeEncodeError):
                 where = f" ({exc.object[exc.start : exc.end]!r} at character {exc.start})"
             render.error(f"an argument or environment variable is not valid UTF-8{where}")
-            code = BadInput.exit_code
+            code = exits.USAGE
         except Exception as exc:
             if debug:
                 traceback.print_exc()
@@ -91,7 +90,7 @@ class WfctlGroup(TyperGroup):
                 f"internal error: {type(exc).__name__}: {scrub(str(exc), *_secrets_in(argv))}"
                 " (run with --debug for a traceback, and please report it)"
             )
-            code = 1
+            code = exits.INTERNAL
         if standalone_mode:
             sys.exit(code)
         return code
@@ -137,7 +136,9 @@ def _global(
     )
 
 
-run.register(app)
+setup.register(app)
+submit.register(app)
+worker.register(app)
 manage.register(app)
 inspect.register(app)
 demo.register(app)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from wfctl.cli import render
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 from wfctl.words import STATUSES
 
 STATUS_WORDS = " ".join(STATUSES)
@@ -186,7 +186,7 @@ def completion(
 ) -> None:
     """Print the shell completion script for bash, zsh or fish."""
     if shell not in GENERATORS:
-        raise UsageError(f"unknown shell {shell!r}: use bash, zsh or fish")
+        raise InvalidInput(f"unknown shell {shell!r}: use bash, zsh or fish")
     render.raw(script(shell, ctx.find_root().command))
 
 

@@ -9,8 +9,7 @@ from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.connection import describe, mask_dsn
 from wfctl.embedded import EmbeddedServer
-from wfctl.errors import UsageError
-from wfctl.queries import q
+from wfctl.errors import InvalidInput
 
 app = typer.Typer(help="The configured database and the embedded PostgreSQL server.", no_args_is_help=True)
 
@@ -18,7 +17,7 @@ app = typer.Typer(help="The configured database and the embedded PostgreSQL serv
 def _embedded(session: Session) -> EmbeddedServer:
     target = session.target()
     if not target.embedded or target.data_dir is None:
-        raise UsageError(
+        raise InvalidInput(
             f"the configured database ({mask_dsn(target.dsn)}, from {target.source}) "
             "is not the embedded server"
         )
@@ -48,20 +47,17 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
     else:
         info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
     with session.connect(check_schema=False) as conn:
-        row = conn.execute(q("admin.server_version")).fetchone()
-        info["running"] = True
-        info["server_version"] = row[0] if row else None
-        who = conn.execute(q("admin.whoami")).fetchone()
-        if who:
-            info.update(role=who[0], database_name=who[1], schema=who[2])
-        version = schema.current_version(conn)
-        info["schema_version"] = version
-        info["schema_latest"] = schema.latest_version()
-        tables = []
-        if version:
-            cur = conn.execute(q("admin.schema_overview"))
-            names = [c.name for c in cur.description or []]
-            tables = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        seen = schema.overview(conn)
+    info.update(
+        running=True,
+        server_version=seen.server_version,
+        role=seen.role,
+        database_name=seen.database,
+        schema=seen.schema,
+        schema_version=seen.schema_version,
+        schema_latest=schema.latest_version(),
+    )
+    tables = seen.tables
     _report(session, info, tables)
 
 

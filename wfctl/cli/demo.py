@@ -11,7 +11,7 @@ import typer
 from wfctl import demo, reports, schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, Session
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 
 
 def demo_command(
@@ -22,7 +22,7 @@ def demo_command(
     """Install the schema, run a few dozen demo orders (one fails and retries, one loses its
     worker to SIGKILL and is recovered), then show what happened."""
     if not 1 <= orders <= 1000:
-        raise UsageError("--orders must be between 1 and 1000")
+        raise InvalidInput("--orders must be between 1 and 1000")
     session = Session.create(dsn, config)
     dsn_value = session.dsn()
     with session.connect(check_schema=False) as conn:

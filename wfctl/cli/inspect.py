@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from wfctl import client, reports, words
+from wfctl import reports, validate, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
@@ -32,7 +32,7 @@ def _duration(text: str, option: str) -> timedelta:
 
 
 def _type_filter(workflow_type: str | None) -> str | None:
-    client.check_text(workflow_type, "--type")
+    validate.check_text(workflow_type, "--type")
     return workflow_type
 
 

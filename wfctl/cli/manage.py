@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from wfctl import client, control, words
+from wfctl import control, validate, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import parse_duration
@@ -22,7 +22,7 @@ def cancel(
     """Cancel a workflow: a pending one at once, a running one at its next step boundary."""
     session = Session.create(dsn, config, json)
     wid = words.parse_id(workflow_id)
-    client.check_text(reason, "--reason")
+    validate.check_text(reason, "--reason")
     with session.connect() as conn:
         done = control.cancel(conn, wid, reason)
     if session.json:

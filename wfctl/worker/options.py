@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wfctl.durations import parse_duration
-from wfctl.errors import UsageError
+from wfctl.errors import InvalidInput
 
 LOG_FORMATS = ("auto", "rich", "plain", "json")
 MAX_CONCURRENCY = 1000
@@ -30,9 +30,9 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-            raise UsageError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
+            raise InvalidInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
         if self.log_format not in LOG_FORMATS:
-            raise UsageError(f"--log-format {self.log_format!r}: use auto, rich, plain or json")
+            raise InvalidInput(f"--log-format {self.log_format!r}: use auto, rich, plain or json")
 
 
 DEFAULTS = WorkerOptions()

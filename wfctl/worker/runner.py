@@ -28,9 +28,8 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import schema
+from wfctl import exits, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
-from wfctl.errors import ConnectionFailed
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import claims, heartbeat
@@ -84,7 +83,7 @@ class Worker:
         self.stopping = threading.Event()
         self.stop_deadline: float | None = None
         self.interrupts = 0
-        self.exit_code = 0
+        self.exit_status = 0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -235,7 +234,7 @@ class Worker:
                 f"the database does not answer: exiting without handing back {held} workflow(s); "
                 "their leases lapse and `wfctl recover` requeues them"
             )
-            os._exit(ConnectionFailed.exit_code)
+            os._exit(exits.CONNECTION)
 
     # -- database -----------------------------------------------------------------------------
 
@@ -347,7 +346,7 @@ class Worker:
                 self._shutdown()
             finally:
                 self._exited.set()
-        return self.exit_code
+        return self.exit_status
 
     def _loop(self) -> None:
         while True:
@@ -637,7 +636,7 @@ def _exit_now() -> None:
             b"wfctl worker: second interrupt: exiting now; unfinished workflows will be "
             b"recovered once their lease goes stale\n",
         )
-    os._exit(130)
+    os._exit(exits.INTERRUPTED)
 
 
 def _release(conn: psycopg.Connection[Any], owner: str, keys: list[Key]) -> list[UUID]:

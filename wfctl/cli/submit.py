@@ -1,0 +1,147 @@
+"""``wfctl submit``: enqueue one workflow, or a JSON Lines file of them in one transaction."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import IO, Annotated, Any
+from uuid import UUID
+
+import psycopg
+import typer
+
+from wfctl import client, validate
+from wfctl.cli import jsonlines, render
+from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.durations import parse_duration
+from wfctl.errors import InvalidInput
+
+SUBMIT_BATCH = 1000  # workflows per INSERT of an --input-file ...
+SUBMIT_BATCH_BYTES = 4_000_000  # ... and at most about this many bytes of input JSON
+
+
+def submit(
+    workflow_type: Annotated[
+        str, typer.Argument(metavar="TYPE", help="The workflow type, as registered with @wfctl.workflow.")
+    ],
+    input_json: Annotated[
+        str | None, typer.Argument(metavar="[JSON]", help="The input, one JSON value.")
+    ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option("--input-file", help="JSON Lines file (or - for stdin): one workflow per line."),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Idempotency key: the same key twice stores one workflow.")
+    ] = None,
+    delay: Annotated[
+        str | None, typer.Option("--delay", help="Start no earlier than this from now (10m, 2h).")
+    ] = None,
+    priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
+    max_retries: Annotated[
+        int | None,
+        typer.Option("--max-retries", help="Retries after the first attempt (default: the type's)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Submit even if no worker has registered TYPE.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Enqueue workflows; print the new id (one per line for --input-file) on stdout."""
+    session = Session.create(dsn, config, json)
+    if input_json is not None and input_file is not None:
+        raise InvalidInput("give the input either as JSON or with --input-file, not both")
+    if input_file is not None and key is not None:
+        raise InvalidInput("--key applies to a single workflow, not to --input-file")
+    validate.check_int(priority, "--priority")
+    validate.check_int(max_retries, "--max-retries", minimum=0)
+    validate.check_type(workflow_type)
+    validate.check_key(key)
+    delay_value = parse_duration(delay, what="--delay") if delay is not None else None
+    if input_file is None:
+        single = jsonlines.parse_input(input_json) if input_json is not None else "null"
+        with session.connect() as conn:
+            if not force:
+                _check_known_type(conn, workflow_type)
+            done = client.submit_one(
+                conn,
+                workflow_type,
+                single,
+                key=key,
+                delay=delay_value,
+                priority=priority,
+                max_retries=max_retries,
+            )
+            if not done.created:
+                render.notice(
+                    f"key {key!r} was used before: this is the existing workflow, nothing new was stored"
+                )
+        if session.json:
+            render.print_json({"id": str(done.id), "created": done.created})
+        else:
+            render.line(str(done.id))
+        return
+    source = "stdin" if input_file == "-" else input_file
+    with _open_input_file(input_file) as stream:
+        spool = jsonlines.read_jsonl(stream, source)  # every line checked before anything is stored
+    with spool, session.connect() as conn:
+        if not force:
+            _check_known_type(conn, workflow_type)
+        ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries)
+    if session.json:
+        render.print_json({"ids": [str(i) for i in ids], "count": len(ids)})
+    else:
+        sys.stdout.write("".join(f"{i}\n" for i in ids))
+        sys.stdout.flush()
+        render.notice(f"submitted {len(ids)} workflow(s) of type {workflow_type!r}")
+
+
+@contextmanager
+def _open_input_file(path: str) -> Iterator[IO[bytes]]:
+    """The --input-file as a binary stream, read line by line (``-``: stdin)."""
+    if path == "-":
+        yield sys.stdin.buffer
+        return
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InvalidInput(f"cannot read --input-file {path}: {exc.strerror}") from None
+    with stream:
+        yield stream
+
+
+def _check_known_type(conn: psycopg.Connection[Any], workflow_type: str) -> None:
+    known = client.known_types(conn)
+    if known and workflow_type not in known:
+        raise InvalidInput(
+            f"unknown workflow type {workflow_type!r}: no worker has registered it "
+            f"(known: {', '.join(known)}); use --force to submit it anyway"
+        )
+
+
+def _submit_batches(
+    conn: psycopg.Connection[Any],
+    workflow_type: str,
+    inputs: jsonlines.SpooledInputs,
+    delay: timedelta | None,
+    priority: int,
+    max_retries: int | None,
+) -> list[UUID]:
+    ids: list[UUID] = []
+    with conn.transaction(), render.progress("submitting", total=inputs.count) as advance:
+        for chunk in inputs.batches(SUBMIT_BATCH, SUBMIT_BATCH_BYTES):
+            ids.extend(
+                client.submit_many(
+                    conn, workflow_type, chunk, delay=delay, priority=priority, max_retries=max_retries
+                )
+            )
+            advance(len(chunk))
+    return ids
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)

@@ -1,0 +1,134 @@
+"""``wfctl worker`` and ``wfctl recover``: run workflows, and requeue those whose worker died."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from wfctl import recovery, validate, words
+from wfctl.cli import render
+from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.durations import MIN_STALE_SECONDS, parse_duration
+from wfctl.errors import AppError, InvalidInput
+from wfctl.registry import load_app
+from wfctl.worker import options as worker_options
+from wfctl.worker.log import WorkerLog
+from wfctl.worker.options import default_text
+from wfctl.worker.runner import Worker
+
+
+def worker(
+    app: Annotated[
+        str | None, typer.Option("--app", help="Module that registers the workflows (default: [worker] app).")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", help=f"Workflows run at once (default {default_text('concurrency')})."
+        ),
+    ] = None,
+    types: Annotated[str | None, typer.Option("--types", help="Only these types, comma-separated.")] = None,
+    heartbeat_every: Annotated[
+        str | None,
+        typer.Option("--heartbeat", help=f"Heartbeat interval (default {default_text('heartbeat')})."),
+    ] = None,
+    grace: Annotated[
+        str | None,
+        typer.Option(
+            "--grace",
+            help=f"On SIGTERM, how long running steps may take (default {default_text('grace')}).",
+        ),
+    ] = None,
+    poll: Annotated[
+        str | None,
+        typer.Option(
+            "--poll", help=f"Polling interval, the fallback to LISTEN (default {default_text('poll')})."
+        ),
+    ] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="Exit 0 once no runnable work is left.")] = False,
+    no_listen: Annotated[
+        bool,
+        typer.Option(
+            "--no-listen",
+            help="Poll only, no LISTEN and no prepared statements (PgBouncer transaction pooling).",
+        ),
+    ] = False,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="auto, rich, plain or json.")] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Log only failures and worker events.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run workflows: claim, execute, checkpoint, until SIGTERM (or, with --burst, no work)."""
+    session = Session.create(dsn, config)
+    cfg = session.config()
+    module = app or cfg.get("worker", "app")
+    if not module:
+        raise AppError(
+            "no --app given and no [worker] app in wfctl.toml: which module registers the workflows?"
+        )
+    wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    options = worker_options.resolve(
+        cfg.data.get("worker", {}),
+        concurrency=concurrency,
+        types=wanted,
+        heartbeat=heartbeat_every,
+        grace=grace,
+        poll=poll,
+        no_listen=no_listen,
+        burst=burst,
+        log_format=log_format,
+    )
+    for name in options.types or []:
+        validate.check_text(name, "--types")
+    registry = load_app(module)
+    if options.types:
+        unknown = [t for t in options.types if registry.get(t) is None]
+        if unknown:
+            raise InvalidInput(
+                f"--types names {', '.join(unknown)}, which {module} does not register "
+                f"(it registers: {', '.join(registry.names())})"
+            )
+    dsn_value = session.dsn()
+    log = WorkerLog(options.log_format, quiet=quiet)  # type: ignore[arg-type]
+    code = Worker(dsn_value, registry, options, log).run()
+    raise typer.Exit(code)
+
+
+def recover(
+    stale: Annotated[
+        str, typer.Option("--stale", help="Requeue runs whose worker's heartbeat is older than this.")
+    ] = "5m",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be recovered; change nothing.")
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Requeue running workflows whose worker died (for cron: silent when there is nothing to do)."""
+    session = Session.create(dsn, config, json)
+    threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
+    with session.connect() as conn:
+        rows = recovery.recover(conn, threshold, dry_run=dry_run)
+    if session.json:
+        render.print_json([{**r.__dict__, "dry_run": dry_run} for r in rows])
+        return
+    for r in rows:
+        verb = (
+            ("would requeue" if dry_run else "requeued")
+            if r.status == words.PENDING
+            else ("would fail" if dry_run else "failed")
+        )
+        seen = render.cell(r.owner_heartbeat) if r.owner_heartbeat else "never"
+        render.line(
+            f"{verb} {r.id} {r.workflow_type} attempt={r.attempt} epoch={r.lease_epoch} "
+            f"step={r.current_step} worker={r.previous_owner or '-'} last_heartbeat={seen}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(worker)
+    app.command()(recover)

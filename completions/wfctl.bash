@@ -3,7 +3,7 @@ _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
     local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "init" "list" "metrics" "prune" "recover" "retry" "show" "stats" "submit" "worker" "workers")
-    local takes_value=" --app --concurrency --config --delay --dsn --from-step --grace --grant --heartbeat --input-file --key --limit --log-format --max-retries --older-than --orders --poll --priority --reason --since --stale --status --type --types -c "
+    local takes_value=" --app --burst-wait --concurrency --config --delay --dsn --from-step --grace --grant --health-file --health-host --health-port --heartbeat --input-file --key --limit --log-format --max-retries --missed-beats --older-than --orders --output --poll --priority --reason --schema --since --stale --status --type --types -c -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -29,18 +29,18 @@ _wfctl() {
         "db start") opts="--config --help -h"; cmds="" ;;
         "db status") opts="--dsn --config --json --help -h"; cmds="" ;;
         "db stop") opts="--config --help -h"; cmds="" ;;
-        "db url") opts="--dsn --config --help -h"; cmds="" ;;
+        "db url") opts="--dsn --config --reveal --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
-        "init") opts="--grant --dsn --config --json --help -h"; cmds="" ;;
+        "init") opts="--grant --schema --dsn --config --json --help -h"; cmds="" ;;
         "list") opts="--status --type --since --limit --dsn --config --json --help -h"; cmds="" ;;
-        "metrics") opts="--stale --since --dsn --config --json --help -h"; cmds="" ;;
+        "metrics") opts="--stale --since --output -o --dsn --config --json --help -h"; cmds="" ;;
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;
-        "recover") opts="--stale --dry-run --dsn --config --json --help -h"; cmds="" ;;
+        "recover") opts="--stale --dry-run --force --dsn --config --json --help -h"; cmds="" ;;
         "retry") opts="--from-step --dsn --config --json --help -h"; cmds="" ;;
         "show") opts="--dsn --config --json --help -h"; cmds="" ;;
         "stats") opts="--since --stale --type --dsn --config --json --help -h"; cmds="" ;;
-        "submit") opts="--input-file --key --delay --priority --max-retries --force --dsn --config --json --help -h"; cmds="" ;;
-        "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
+        "submit") opts="--input-file --key --delay --priority --max-retries --strict --dsn --config --json --help -h"; cmds="" ;;
+        "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --burst-wait --missed-beats --no-sweep --health-port --health-host --health-file --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
         "workers") opts="--stale --dsn --config --json --help -h"; cmds="" ;;
     esac
     if [[ "$cur" == -* || -z "$cmds" ]]; then

@@ -14,7 +14,9 @@ The scenario (issue 5, "Chaos run"):
 1. N workflows of type ``chaos3`` (tests/apps/chaosflows.py: three steps of a few ms, each REAL
    execution appended as one line ``<id> <step> <attempt> <pid>`` to a file outside the
    checkpoint) are submitted with ``wfctl submit --input-file`` (one transaction);
-2. W ``wfctl worker --app chaosflows`` processes run them;
+2. W ``wfctl worker --app chaosflows --no-sweep`` processes run them (recovery is left to cron,
+   step 4, so that every requeue is on record; the workers' own sweep has its tests in
+   tests/test_sweep.py);
 3. every ``--kill-every`` (with +-50 % jitter) a random worker is SIGKILLed and a new one started;
 4. a "cron" thread runs ``wfctl recover --stale <stale> --json`` every ``--recover-every``;
 5. once, when 40 % of the workflows are done, the PostgreSQL server is restarted (fast shutdown,
@@ -244,6 +246,9 @@ class WorkerProc:
             "--log-format",
             "plain",
             "--quiet",
+            # recovery here is cron's: the checks account for every requeue through the records
+            # `wfctl recover --json` prints (the workers' own sweep: tests/test_sweep.py)
+            "--no-sweep",
         ]
         self.proc = wfctl_process(args, env=env, log_path=self.log_path)
         self.pid = self.proc.pid

@@ -447,7 +447,12 @@ ROWS: list[Row] = [
     Row("type-missing", ("submit", *D), "Missing argument", 2),
     Row("type-empty", ("submit", "", "{}", *D), "1 to 100 characters", 2),
     Row("type-too-long", ("submit", "x" * 101, "{}", *D), "1 to 100 characters", 2),
-    Row("type-unknown-to-workers", ("submit", "thre", "{}", *D), "unknown workflow type 'thre'", 2),
+    Row(
+        "type-unknown-to-workers",
+        ("submit", "thre", "{}", "--strict", *D),
+        "unknown workflow type 'thre'",
+        2,
+    ),
     Row(
         "type-with-quotes-and-sql",
         ("submit", NASTY, '{"q": "\'; DROP TABLE workflow_steps; --"}', "--force", *D),

@@ -35,12 +35,13 @@ def snapshot(dsn: str) -> list[tuple]:
     )
 
 
-def recover_until(workers, wids: list[str], stale: str = "1s") -> list[dict]:
-    """Run `wfctl recover --json` as cron would until every one of ``wids`` was requeued."""
+def recover_until(workers, wids: list[str], stale: str = "1s", *, force: bool = False) -> list[dict]:
+    """Run `wfctl recover --json` as cron would until every one of ``wids`` was requeued (with
+    ``force``, also from a worker still alive by its own heartbeat)."""
     seen: dict[str, dict] = {}
 
     def attempt() -> bool:
-        result = workers.wfctl("recover", "--stale", stale, "--json")
+        result = workers.wfctl("recover", "--stale", stale, "--json", *(["--force"] if force else []))
         assert result.exit_code == 0, result.output
         for row in json.loads(result.stdout):
             seen[row["id"]] = row
@@ -203,7 +204,9 @@ def test_claimed_ahead_run_whose_lease_was_taken_is_not_started(workers, dsn):
         what="b to be claimed ahead by the busy worker",
     )
     assert counts(workers.effects(), b) == {}
-    recover_until(workers, [a, b])  # the worker's heartbeat is over 1 s old: both are taken
+    # the worker's heartbeat is over 1 s old: both are taken (--force: by its own 60 s
+    # heartbeat it is still alive, which is the point here)
+    recover_until(workers, [a, b], force=True)
     workers.gate.unlink()  # a's checkpoint is fenced out; the thread is free for b
     wait_for(
         lambda: sum(

@@ -27,6 +27,8 @@ import pytest
 from helpers import APPS, HERE, free_port, wait_for
 from psycopg import sql
 
+from wfctl.cli.db import HIDDEN_NOTICE
+
 PACKAGE = HERE.parent / "wfctl"
 QUERY_METHODS = {"execute", "executemany", "copy", "stream"}
 SAFE_CALLS = {"q", "composed"}  # wfctl.queries: a named block from sql/, or one composed with identifiers
@@ -459,9 +461,10 @@ def test_readable_config_with_password_draws_a_warning(cli, clean_env, mode, war
         assert result.stderr == (
             f"wfctl: warning: {config} holds a password and is readable by other users: "
             f"run `chmod 600 {config}`\n"
+            f"wfctl: {HIDDEN_NOTICE}\n"
         )
     else:
-        assert result.stderr == ""
+        assert result.stderr == f"wfctl: {HIDDEN_NOTICE}\n"
 
 
 def test_readable_config_without_password_is_fine(cli, clean_env):

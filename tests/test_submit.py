@@ -109,16 +109,58 @@ def test_missing_input_file(cli, dsn, clean_env):
     assert result.exit_code == 2 and "cannot read --input-file" in result.stderr
 
 
-def test_unknown_type_once_workers_registered_types(cli, dsn):
+def test_unknown_type_is_accepted_with_a_warning_and_strict_refuses_it(cli, dsn, clean_env):
+    """Submitting before the worker that runs a type has started is normal: the workflow waits.
+    Once workers have registered types, one none of them knows (a typo?) is stored with a
+    one-line warning naming the known types; --strict refuses it and stores nothing."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types)"
             " VALUES ('w', 'h', 1, 8, '{order,refund}')"
         )
     result = cli("submit", "ordr", "{}", "--dsn", dsn)
-    assert result.exit_code == 2 and "unknown workflow type 'ordr'" in result.stderr
-    assert "known: order, refund" in result.stderr and count(dsn) == 0
-    assert cli("submit", "ordr", "{}", "--force", "--dsn", dsn).exit_code == 0
+    assert result.exit_code == 0 and uuid.UUID(result.stdout.strip())
+    assert result.stderr == (
+        "wfctl: warning: no worker has registered workflow type 'ordr' (known: order, refund): "
+        "it stays pending until a worker that runs it starts\n"
+    )
+    assert count(dsn) == 1
+    known = cli("submit", "order", "{}", "--dsn", dsn)
+    assert known.exit_code == 0 and known.stderr == ""
+    silent = cli("submit", "ordr", "{}", "--force", "--dsn", dsn)  # --force: kept, says nothing
+    assert silent.exit_code == 0 and silent.stderr == "" and count(dsn) == 3
+
+    strict = cli("submit", "ordr", "{}", "--strict", "--dsn", dsn)
+    assert strict.exit_code == 2 and strict.stdout == ""
+    assert strict.stderr == (
+        "wfctl: error: unknown workflow type 'ordr': no worker has registered it "
+        "(known: order, refund); --strict refuses it\n"
+    )
+    path = clean_env / "in.jsonl"
+    path.write_text('{"n": 1}\n{"n": 2}\n')
+    lines = cli("submit", "ordr", "--input-file", str(path), "--strict", "--dsn", dsn)
+    assert lines.exit_code == 2 and "--strict refuses it" in lines.stderr and count(dsn) == 3
+    batch = cli("submit", "ordr", "--input-file", str(path), "--dsn", dsn)
+    assert batch.exit_code == 0 and len(batch.stdout.split()) == 2 and count(dsn) == 5
+    assert "warning: no worker has registered workflow type 'ordr'" in batch.stderr
+    assert cli("submit", "order", "{}", "--strict", "--dsn", dsn).exit_code == 0
+
+    both = cli("submit", "order", "{}", "--strict", "--force", "--dsn", dsn)
+    assert both.exit_code == 2 and both.stderr == (
+        "wfctl: error: --strict and --force contradict each other: give one\n"
+    )
+    assert count(dsn) == 6
+
+
+def test_before_any_worker_submit_says_nothing_and_strict_refuses(cli, dsn):
+    result = cli("submit", "order", "{}", "--dsn", dsn)
+    assert result.exit_code == 0 and result.stderr == "" and count(dsn) == 1
+    strict = cli("submit", "order", "{}", "--strict", "--dsn", dsn)
+    assert strict.exit_code == 2 and count(dsn) == 1
+    assert strict.stderr == (
+        "wfctl: error: unknown workflow type 'order': no worker has registered it "
+        "(no worker has registered any type yet); --strict refuses it\n"
+    )
 
 
 def test_type_with_quotes_and_sql_is_stored_literally(cli, dsn):

@@ -156,7 +156,7 @@ def burst_until_terminal(workers, dsn: str, wid: str, **kwargs: object) -> str:
 
 def test_retries_with_backoff_until_success(workers, dsn):
     wid = str(wfctl.submit(dsn, "flaky", {"fail_times": 2}))
-    workers.run()
+    workers.run("--burst-wait", "0s")  # exit with the retry still backing off
     row = rows(dsn, "SELECT status, attempt, run_at > now(), error_message FROM workflows WHERE id = %s", wid)
     assert row[0][:2] == ("pending", 2)
     assert "card declined on attempt 1" in row[0][3]
@@ -198,7 +198,8 @@ def test_max_retries_from_submit_overrides_the_type(workers, dsn):
 
 def test_determinism_guard(workers, dsn):
     wid = str(wfctl.submit(dsn, "changing", {}))
-    workers.run()  # variant 1: checkpoints 'first' and 'second', then fails and is retried
+    # variant 1: checkpoints 'first' and 'second', then fails; exit before its retry is due
+    workers.run("--burst-wait", "0s")
     assert status_of(dsn, wid) == "pending"
     assert burst_until_terminal(workers, dsn, wid, env={"WFCTL_TEST_VARIANT": "2"}) == "failed"
     error = rows(dsn, "SELECT error_message FROM workflows WHERE id = %s", wid)[0][0]
@@ -239,7 +240,9 @@ def test_delay_keeps_it_waiting(workers, dsn):
 
 def test_durable_sleep_across_worker_restart(workers, dsn):
     wid = str(wfctl.submit(dsn, "sleeper", {"sleep": "1s"}))
-    workers.run()  # runs 'before', parks, exits: nothing runnable until the wake time
+    # runs 'before', parks, exits: nothing runnable until the wake time (without
+    # --burst-wait 0s it would wait for that short sleep)
+    workers.run("--burst-wait", "0s")
     row = rows(dsn, "SELECT status, current_step, run_at > now() FROM workflows WHERE id = %s", wid)
     assert row == [("pending", 2, True)]
     assert counts(workers.effects(), wid) == {"before": 1}

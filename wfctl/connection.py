@@ -1,6 +1,8 @@
 """Connecting: open a psycopg connection for a DSN, translate driver errors into wfctl errors,
 and keep passwords out of everything we print. Which DSN (``--dsn``, the config file, the
-embedded server...) is wfctl.config's business: this module knows nothing of it."""
+embedded server...) is wfctl.config's business: this module knows nothing of it. A schema of
+wfctl's own travels in the DSN as ``options=-c search_path=NAME`` (``with_search_path``), and
+``connect`` checks that the server applied it (a pooler may drop startup options)."""
 
 from __future__ import annotations
 
@@ -148,6 +150,58 @@ def describe_connection(conn: psycopg.Connection[Any]) -> str:
     return f"{info.user}@{host}:{info.port}/{info.dbname}"
 
 
+#: A search_path ``connect`` can check: one plain lower-case identifier, as wfctl sets it.
+_PLAIN_SCHEMA = re.compile(r"[a-z_][a-z0-9_]*")
+_SEARCH_PATH_OPTION = re.compile(r"(?:^|\s)(?:-c\s*|--)search_path=(\S+)")
+
+
+def with_search_path(dsn: str, schema: str | None) -> str:
+    """``dsn`` with libpq ``options`` that set ``search_path`` to ``schema``, after the options
+    the DSN (or else ``PGOPTIONS``) already gives; ``dsn`` itself when ``schema`` is None, or
+    when it does not parse (``connect`` then says why)."""
+    if schema is None:
+        return dsn
+    params = _params(dsn)
+    if params is None:
+        return dsn
+    existing = params.get("options")
+    if existing is None:
+        existing = os.environ.get("PGOPTIONS", "")
+    params["options"] = f"{existing} -c search_path={schema}".strip()
+    return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+def requested_search_path(options: str | None) -> str | None:
+    """The search_path that libpq ``options`` set last, when it is one plain schema name."""
+    if not options:
+        return None
+    found = _SEARCH_PATH_OPTION.findall(options)
+    if not found or not _PLAIN_SCHEMA.fullmatch(found[-1]):
+        return None
+    return str(found[-1])
+
+
+def _check_search_path(conn: psycopg.Connection[Any], wanted: str, dsn: str) -> None:
+    """Refuse a connection on which the server did not apply the search_path the DSN asked for:
+    wfctl would read and write another schema's tables (PgBouncer's ignore_startup_parameters
+    drops ``options`` silently)."""
+    try:
+        row = conn.execute(q("admin.search_path")).fetchone()
+        if not conn.autocommit:
+            conn.rollback()
+    except psycopg.Error as exc:
+        conn.close()
+        raise translate(exc, dsn) from None
+    got = str(row[0]) if row else ""
+    if got != wanted:
+        conn.close()
+        raise ConfigError(
+            f"connected to {describe(dsn)}, but its search_path is {got!r}, not the schema {wanted!r} "
+            "that the DSN's options ask for: something between (a pooler such as PgBouncer) dropped them",
+            f"give them search_path {wanted} another way, such as ALTER ROLE ... SET search_path = {wanted}",
+        )
+
+
 def connect(
     dsn: str,
     *,
@@ -183,6 +237,9 @@ def connect(
         raise translate(exc, dsn) from None
     except UnicodeError as exc:  # a host name (DSN or PGHOST) that is not valid text
         raise ConfigError(f"cannot connect to {describe(dsn)}: {scrub(_first_line(exc), dsn)}") from None
+    wanted = requested_search_path(params.get("options"))
+    if wanted is not None:
+        _check_search_path(conn, wanted, dsn)
     return conn
 
 
@@ -233,6 +290,11 @@ def translate(exc: BaseException, dsn: str | None = None) -> WfctlError:
     if isinstance(exc, psycopg.OperationalError):
         if "password authentication failed" in line or "no password supplied" in line:
             return ConnectionFailed(f"authentication failed for {where}: {line}")
+        if "unsupported startup parameter: options" in line:
+            return ConnectionFailed(
+                f"cannot connect to {where}: {line}",
+                "a pooler refused the options that set wfctl's schema; see the README, 'A schema of its own'",
+            )
         return ConnectionFailed(f"cannot connect to {where}: {line}")
     if isinstance(exc, psycopg.ProgrammingError) and "connection info" in line:
         return ConfigError(f"invalid DSN: {line}")

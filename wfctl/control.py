@@ -93,7 +93,8 @@ def prune(
     progress: Callable[[int], None] | None = None,
 ) -> Pruned:
     """Delete finished workflows (and their steps) older than ``older_than``, in batches that
-    each commit on their own; with ``dry_run``, only count them."""
+    each commit on their own, then the worker rows stopped or silent since before the cutoff
+    that hold nothing; with ``dry_run``, only count what would go."""
     bad = [s for s in statuses if s not in FINISHED]
     if bad:
         raise InvalidInput(
@@ -102,8 +103,9 @@ def prune(
     params = {"statuses": list(statuses), "older_than": as_seconds(older_than), "batch": batch}
     if dry_run:
         row = conn.execute(q("control.prune_count"), params).fetchone()
-        assert row is not None
-        return Pruned(int(row[0]), int(row[1]), 0)
+        workers = conn.execute(q("control.prune_workers_count"), params).fetchone()
+        assert row is not None and workers is not None
+        return Pruned(int(row[0]), int(row[1]), int(workers[0]))
     workflows = steps = 0
     while True:
         row = conn.execute(q("control.prune_batch"), params).fetchone()

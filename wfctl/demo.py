@@ -2,26 +2,27 @@
 
 Submits a few dozen orders of the built-in ``demo-order`` workflow, one whose email step fails
 once (retried with backoff) and one whose worker is killed with SIGKILL in the middle of a step
-(recovered by ``wfctl recover`` and finished by another worker), and runs workers until all of
-them are done. Everything it creates stays in the database for ``stats``, ``list`` and ``show``.
+(the other worker notices the missed heartbeats, requeues the dead worker's runs itself and
+finishes them: no ``wfctl recover`` involved), and runs workers until all of them are done.
+Everything it creates stays in the database for ``stats``, ``list`` and ``show``.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import IO, Any
 from uuid import UUID
 
 import psycopg
 
-from wfctl import client, recovery, validate
+from wfctl import client, validate
 from wfctl.queries import q
 
 APP = "wfctl.demo_app"
@@ -36,7 +37,8 @@ class DemoResult:
     ids: list[UUID]
     flaky: UUID
     crashed: UUID
-    recovered: list[recovery.Recovered]
+    requeued: int  # runs the killed worker held, requeued by the other worker's sweep...
+    requeued_after: float  # ...this many seconds after the kill
     seconds: float
 
 
@@ -97,33 +99,33 @@ def run(
     )
 
     first = _worker(dsn, "--concurrency", "8", log=log)
+    second: subprocess.Popen[str] | None = None
     try:
         say("worker 1 started; one order hangs in its 'ship' step...")
         _wait(
             "the hanging order to reach 'ship'",
             lambda: _step(conn, crashed) >= 2 and _finished(conn, ids) >= len(ids) // 2,
         )
+        second = _worker(dsn, "--concurrency", "8", log=log)
+        say("worker 2 started beside it")
+        owner = _wait_for_id(conn, first.pid)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
-        say(f"killed worker 1 with SIGKILL while order {crashed} was inside 'ship' (steps 1-2 checkpointed)")
-    finally:
-        if first.poll() is None:
-            first.kill()
-
-    recovered: list[recovery.Recovered] = []
-
-    def recovered_it() -> bool:
-        # as cron would: again until every run the dead worker held is requeued (a run that
-        # moved just before the kill goes stale a little later than the others)
-        recovered.extend(recovery.recover(conn, timedelta(seconds=2)))
-        return any(r.id == crashed for r in recovered) and _running(conn, everyone) == 0
-
-    _wait("recover to requeue the dead worker's orders", recovered_it)
-    say(f"`wfctl recover --stale 2s` requeued {len(recovered)} run(s) whose worker stopped heartbeating")
-
-    second = _worker(dsn, "--concurrency", "8", log=log)
-    try:
-        say("worker 2 started: it resumes the crashed order after its last checkpoint")
+        killed = time.monotonic()
+        held = _held(conn, owner)
+        say(
+            f"killed worker 1 with SIGKILL while order {crashed} was inside 'ship' (steps 1-2 "
+            f"checkpointed); it held {held} run(s)"
+        )
+        # nobody runs `wfctl recover`: worker 2 sees worker 1 miss its heartbeats and requeues
+        # its runs itself (the sweep), then claims them
+        _wait("worker 2 to requeue the dead worker's orders", lambda: _held(conn, owner) == 0)
+        after = time.monotonic() - killed
+        say(
+            f"worker 2 saw worker 1 miss its heartbeats and requeued its {held} run(s) "
+            f"{after:.1f}s after the kill (no `wfctl recover` needed); it resumes the crashed "
+            "order after its last checkpoint"
+        )
         flaky = client.submit_one(
             conn,
             TYPE,
@@ -137,9 +139,10 @@ def run(
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=60)
     finally:
-        if second.poll() is None:
-            second.kill()
-    return DemoResult(everyone, flaky, crashed, recovered, time.monotonic() - began)
+        for worker in (first, second):
+            if worker is not None and worker.poll() is None:
+                worker.kill()
+    return DemoResult(everyone, flaky, crashed, held, after, time.monotonic() - began)
 
 
 def _finished(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
@@ -147,9 +150,23 @@ def _finished(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
     return int(row[0]) if row else 0
 
 
-def _running(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
-    row = conn.execute(q("demo.progress"), {"ids": ids}).fetchone()
-    return int(row[1]) if row else 0
+def _wait_for_id(conn: psycopg.Connection[Any], pid: int) -> str:
+    """The worker id of the worker process ``pid`` on this host (once it has registered)."""
+    found: list[str] = []
+
+    def registered() -> bool:
+        row = conn.execute(q("demo.worker_id"), {"hostname": socket.gethostname(), "pid": pid}).fetchone()
+        if row:
+            found.append(row[0])
+        return bool(row)
+
+    _wait(f"worker {pid} to register", registered)
+    return found[0]
+
+
+def _held(conn: psycopg.Connection[Any], owner: str) -> int:
+    row = conn.execute(q("demo.held"), {"owner": owner}).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _step(conn: psycopg.Connection[Any], wid: UUID) -> int:

@@ -9,14 +9,22 @@ Unicode control picture (CR as U+240D, ESC as U+241B), a C1 control as U+FFFD. T
 can then give one label value ("a\\r" and "a\\u240d"): the report queries group by the label
 value (the same translation, done by the database with :func:`label_translation`), so a series
 is never written twice, and :class:`Family` refuses one that would be.
+
+For the collector, :func:`write_atomically` puts the text in place so that a reader sees the
+previous file or the new one, never a part; :func:`generated_family` is the gauge that tells how
+old that file is when nothing has replaced it for a while.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -126,3 +134,57 @@ def exposition(families: Iterable[Family]) -> str:
         for sample in family.samples:
             lines.append(f"{family.name}{sample.suffix}{_labels(sample.labels)} {format_value(sample.value)}")
     return "".join(line + "\n" for line in lines)
+
+
+GENERATED = "wfctl_metrics_generated_timestamp_seconds"
+
+
+def generated_family(timestamp: float) -> Family:
+    """The Unix time the output was made: ``time() - wfctl_metrics_generated_timestamp_seconds``
+    is the age of what a collector reads, which grows while runs that cannot reach the database
+    leave the last good file in place."""
+    return Family(
+        GENERATED,
+        "gauge",
+        "Unix time at which wfctl metrics read these figures from the database.",
+        (Sample(timestamp),),
+    )
+
+
+#: A new file's mode: node_exporter runs as its own user and must read it. A file that exists
+#: keeps its mode.
+NEW_FILE_MODE = 0o644
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so that no reader ever sees a part of it: the text goes to a
+    temporary file in the same directory (a hidden ``.NAME.*.tmp``, which the textfile collector
+    does not read: it reads ``*.prom``), is flushed to disk, and is renamed over ``path`` in one
+    step; then the directory is flushed, so the rename survives a crash. On any error the
+    temporary file is removed and ``path`` is left as it was. Raises ``OSError``."""
+    directory = path.parent
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = NEW_FILE_MODE
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,4 +1,6 @@
-"""Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (from cron)."""
+"""Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (from cron), the sweep live
+workers run (each worker judged by its own recorded heartbeat), and the guard that keeps
+``recover`` from judging a live worker by a threshold shorter than its own."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from wfctl.durations import as_seconds
+from wfctl.durations import as_seconds, format_minimum
+from wfctl.errors import InvalidInput
 from wfctl.queries import q
 
 
@@ -26,13 +29,74 @@ class Recovered:
     owner_heartbeat: datetime | None
 
 
-def recover(conn: psycopg.Connection[Any], stale: timedelta, *, dry_run: bool = False) -> list[Recovered]:
+@dataclass(frozen=True)
+class LiveWorker:
+    """A live worker's heartbeat as its row records it (recovery.slowest_live_worker)."""
+
+    id: str
+    heartbeat_seconds: float | None  # None: recorded by a wfctl older than schema version 4
+    dead_after_seconds: float
+
+
+def recover(
+    conn: psycopg.Connection[Any], stale: timedelta | None, *, dry_run: bool = False
+) -> list[Recovered]:
     """Requeue (or fail, when out of retries) every running workflow whose owner's heartbeat is
-    older than ``stale``. One statement: concurrent calls requeue each workflow once. The threshold
-    goes to the database as exact seconds (see wfctl.durations)."""
+    older than ``stale``, or, with ``stale=None``, older than the owner's own recorded
+    ``dead_after`` (what the sweep does). One statement: concurrent calls requeue each workflow
+    once. The threshold goes to the database as exact seconds (see wfctl.durations)."""
     name = "recovery.stale_runs" if dry_run else "recovery.recover"
+    seconds = None if stale is None else as_seconds(stale)
     with conn.cursor(row_factory=class_row(Recovered)) as cur:
-        rows = cur.execute(q(name), {"stale": as_seconds(stale)}).fetchall()
+        rows = cur.execute(q(name), {"stale": seconds}).fetchall()
     if rows and not dry_run:
         conn.execute(q("recovery.notify"))
     return rows
+
+
+def sweep(conn: psycopg.Connection[Any]) -> list[Recovered] | None:
+    """The sweep a live worker runs as one of its duties: in one transaction holding the sweep
+    lock (``pg_try_advisory_xact_lock``: one sweeper at a time, nobody waits for it), requeue
+    the runs of every worker silent for longer than its own ``dead_after``, through the same
+    statement, fencing and retry accounting as ``recover``. None when another worker holds the
+    lock (it is sweeping now); the NOTIFY goes out when the transaction commits."""
+    with conn.transaction():
+        row = conn.execute(q("recovery.sweep_lock")).fetchone()
+        if not row or not row[0]:
+            return None
+        return recover(conn, None)
+
+
+def slowest_live_worker(conn: psycopg.Connection[Any]) -> LiveWorker | None:
+    """The live worker that may stay silent longest before it counts as dead (None: none)."""
+    with conn.cursor(row_factory=class_row(LiveWorker)) as cur:
+        return cur.execute(q("recovery.slowest_live_worker")).fetchone()
+
+
+def check_threshold(conn: psycopg.Connection[Any], stale: timedelta, *, option: str = "--stale") -> None:
+    """Refuse a threshold shorter than the silence a live worker is allowed (its heartbeat
+    interval times its missed beats): with it, ``recover`` would requeue runs that worker is
+    still running. InvalidInput names the worker, its heartbeat and what to do."""
+    live = slowest_live_worker(conn)
+    if live is None or stale.total_seconds() >= live.dead_after_seconds:
+        return
+    beat = (
+        f"heartbeat every {seconds_text(live.heartbeat_seconds)}"
+        if live.heartbeat_seconds is not None
+        else "heartbeat interval not recorded"
+    )
+    needed = seconds_text(live.dead_after_seconds)
+    raise InvalidInput(
+        f"{option} {seconds_text(stale.total_seconds())} is shorter than the "
+        f"{needed} of silence after which live worker {live.id} ({beat}) counts as dead: "
+        f"its runs would be requeued while it runs them; use {option} {needed} or more, or "
+        "--force"
+    )
+
+
+def seconds_text(seconds: float) -> str:
+    """``300`` -> ``5m``, ``30`` -> ``30s``, ``0.2`` -> ``200ms`` (for messages)."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return format_minimum(seconds)

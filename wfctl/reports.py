@@ -26,7 +26,7 @@ from wfctl.durations import interval_text
 from wfctl.errors import InvalidInput, NotFound
 from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
-from wfctl.words import RUNNING, STATUSES, check_status, parse_id
+from wfctl.words import PENDING, RUNNING, STATUSES, check_status, parse_id
 
 Row = dict[str, Any]
 Conn = psycopg.Connection[Any]
@@ -41,11 +41,16 @@ MAX_LIMIT = 2**63 - 1
 class StatsReport:
     as_of: datetime
     since: timedelta
-    stale: timedelta
+    stale: timedelta | None  # None: each worker judged by its own heartbeat
     workflow_type: str | None
-    success_rate: list[Row]
+    success_rate: list[Row]  # each with no_live_worker: pending runs no live worker will claim
     stuck: list[Row]
     slow_steps: list[Row]
+
+    @property
+    def unserved(self) -> list[Row]:
+        """The success-rate rows whose pending workflows no live worker runs."""
+        return [r for r in self.success_rate if r["no_live_worker"]]
 
     @property
     def window_empty(self) -> bool:
@@ -167,26 +172,45 @@ def _positive(value: timedelta, what: str) -> str:
     return interval_text(value)
 
 
-def stats(conn: Conn, *, since: timedelta, stale: timedelta, workflow_type: str | None = None) -> StatsReport:
-    """Success rate per type and slowest steps over the window, and the stuck runs."""
+def _threshold(stale: timedelta | None) -> str | None:
+    """A ``--stale`` for reports.sql, or None: judge each worker by its own recorded heartbeat
+    (its ``dead_after``, the rule of the sweep live workers run)."""
+    return None if stale is None else _positive(stale, "the stale threshold")
+
+
+def stats(
+    conn: Conn, *, since: timedelta, stale: timedelta | None = None, workflow_type: str | None = None
+) -> StatsReport:
+    """Success rate per type and slowest steps over the window, and the stuck runs. Each
+    success-rate row says (``no_live_worker``) whether it has pending workflows of a type that
+    no live worker runs."""
     window = {"since": _positive(since, "the window"), "workflow_type": workflow_type}
     with _snapshot(conn):
+        served = live_types(conn)
+        rates = _rows(conn, "reports.success_rate", window)
+        for row in rates:
+            row["no_live_worker"] = bool(row["pending"]) and row["workflow_type"] not in served
         return StatsReport(
             as_of=_as_of(conn),
             since=since,
             stale=stale,
             workflow_type=workflow_type,
-            success_rate=_rows(conn, "reports.success_rate", window),
+            success_rate=rates,
             stuck=stuck(conn, stale=stale, workflow_type=workflow_type),
             slow_steps=_rows(conn, "reports.slow_steps", window),
         )
 
 
-def stuck(conn: Conn, *, stale: timedelta, workflow_type: str | None = None) -> list[Row]:
-    """Running workflows whose owner's heartbeat is older than ``stale``, or whose owner shut
-    down or is unknown."""
-    params = {"stale": _positive(stale, "the stale threshold"), "workflow_type": workflow_type}
+def stuck(conn: Conn, *, stale: timedelta | None = None, workflow_type: str | None = None) -> list[Row]:
+    """Running workflows whose owner's heartbeat is older than ``stale`` (None: than the owner's
+    own ``dead_after``, as the sweep judges it), or whose owner shut down or is unknown."""
+    params = {"stale": _threshold(stale), "workflow_type": workflow_type}
     return _rows(conn, "reports.stuck", params)
+
+
+def live_types(conn: Conn) -> set[str]:
+    """The workflow types some live worker runs (live by its own heartbeat)."""
+    return {r["workflow_type"] for r in _rows(conn, "reports.live_types")}
 
 
 def list_workflows(
@@ -206,7 +230,12 @@ def list_workflows(
         "since": _positive(since, "the window") if since is not None else None,
         "limit": limit,
     }
-    return _rows(conn, "reports.list_workflows", params)
+    with _snapshot(conn):
+        rows = _rows(conn, "reports.list_workflows", params)
+        served = live_types(conn) if any(r["status"] == PENDING for r in rows) else set()
+    for row in rows:  # a pending run of a type no live worker runs: nobody will claim it now
+        row["no_live_worker"] = row["status"] == PENDING and row["workflow_type"] not in served
+    return rows
 
 
 def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
@@ -236,12 +265,13 @@ def _detail(
     return WorkflowDetail(workflow=found[0], steps=steps)
 
 
-def workers(conn: Conn, *, stale: timedelta) -> list[Row]:
-    """Every registered worker with its state (live, dead, stopped) and running count."""
-    return _rows(conn, "reports.workers", {"stale": _positive(stale, "the stale threshold")})
+def workers(conn: Conn, *, stale: timedelta | None = None) -> list[Row]:
+    """Every registered worker with its state (live, dead, stopped) and running count. Dead:
+    its heartbeat is older than ``stale``, or (None) than its own ``dead_after``."""
+    return _rows(conn, "reports.workers", {"stale": _threshold(stale)})
 
 
-def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[Family]:
+def metric_families(conn: Conn, *, stale: timedelta | None = None, since: timedelta) -> list[Family]:
     """What ``wfctl metrics`` exposes, read in one snapshot."""
     with _snapshot(conn):
         counts = _rows(conn, "reports.workflow_counts", label_translation())
@@ -261,7 +291,7 @@ def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[F
         Family(
             "wfctl_workflows_stuck",
             "gauge",
-            f"Running workflows whose worker's heartbeat is older than {_human(stale)}, "
+            f"Running workflows whose worker's heartbeat is older than {_silence(stale)}, "
             "or whose worker stopped or is unknown.",
             (Sample(len(stuck_rows)),),
         ),
@@ -280,7 +310,7 @@ def metric_families(conn: Conn, *, stale: timedelta, since: timedelta) -> list[F
         Family(
             "wfctl_workers",
             "gauge",
-            f"Registered workers by state (dead: heartbeat older than {_human(stale)}).",
+            f"Registered workers by state (dead: heartbeat older than {_silence(stale)}).",
             tuple(
                 Sample(sum(1 for w in worker_rows if w["state"] == state), {"state": state})
                 for state in WORKER_STATES
@@ -334,6 +364,10 @@ def _step_families(steps: list[Row], since: timedelta) -> list[Family]:
         ),
         Family("wfctl_step_duration_window_steps", "gauge", f"Number of {window}.", tuple(counts)),
     ]
+
+
+def _silence(stale: timedelta | None) -> str:
+    return "its own interval times its missed beats" if stale is None else _human(stale)
 
 
 def _human(delta: timedelta) -> str:

@@ -2,6 +2,9 @@
 
 Migrations apply in order inside one transaction holding an advisory lock, so concurrent
 ``wfctl init`` runs are safe: the first applies, the others wait and then find nothing to do.
+They run in the schema the connection's search_path names (``[database] schema``: wfctl's
+connections set it; the schema is created first when missing), each schema with its own lock,
+so two wfctl schemas in one database are installed independently.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from wfctl.errors import NotFound, SchemaError
 from wfctl.queries import composed, q, sql_root
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_PLAIN_SCHEMA = re.compile(r"[a-z_][a-z0-9_]*")
+DEFAULT_SCHEMA = "public"
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,35 @@ class MigrateResult:
     before: int
     after: int
     applied: tuple[Migration, ...]
+    schema: str | None = None  # the schema wfctl's tables are in
+
+
+def search_path_schema(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema the connection's search_path names when it is exactly one plain schema name
+    (as wfctl sets it for ``[database] schema``); None for anything else, such as PostgreSQL's
+    default ``"$user", public``."""
+    row = conn.execute(q("admin.search_path")).fetchone()
+    value = str(row[0]) if row else ""
+    return value if _PLAIN_SCHEMA.fullmatch(value) else None
+
+
+def lock_key(schema: str | None) -> str:
+    """The advisory lock key of ``migrate`` for a schema: the same as before schemas existed for
+    the default one, so an older wfctl's `init` and this one's still take turns."""
+    if schema is None or schema == DEFAULT_SCHEMA:
+        return "wfctl.schema"
+    return f"wfctl.schema.{schema}"
 
 
 def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
-    """Apply every missing migration, under the schema lock, in one transaction."""
+    """Apply every missing migration, under the schema's lock, in one transaction, in the schema
+    the search_path names (``search_path_schema``: created when missing), else in the
+    connection's current schema."""
     with conn.transaction():
-        conn.execute(q("schema.lock"))
+        own = search_path_schema(conn)
+        conn.execute(q("schema.lock"), {"key": lock_key(own)})
+        if own is not None and not conn.execute(q("schema.schema_exists"), {"schema": own}).fetchone():
+            conn.execute(composed("schema.create_schema", schema=own))
         conn.execute(q("schema.create_version_table"))
         done = {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
         before = max(done, default=0)
@@ -102,7 +130,10 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
             conn.execute(migration.sql().encode())  # several statements: simple query protocol
             conn.execute(q("schema.record"), {"version": migration.version, "name": migration.name})
             applied.append(migration)
-    return MigrateResult(before=before, after=latest_version(), applied=tuple(applied))
+        who = conn.execute(q("admin.whoami")).fetchone()
+    return MigrateResult(
+        before=before, after=latest_version(), applied=tuple(applied), schema=str(who[2]) if who else own
+    )
 
 
 def grant_worker(conn: psycopg.Connection[Any], role: str) -> None:

@@ -36,6 +36,11 @@ ORDER BY c.relname;
 -- name: whoami
 SELECT current_user AS role, current_database() AS database, current_schema() AS schema;
 
+-- name: search_path
+-- The session's search_path as the server applied it: wfctl.connection checks it against the
+-- schema the DSN asked for, and wfctl.schema.migrate creates that schema when it is missing.
+SELECT current_setting('search_path') AS search_path;
+
 -- name: backend_pid
 -- Compared with the pid the server announced at connect time, to notice a pooler in between.
 SELECT pg_backend_pid() AS pid;

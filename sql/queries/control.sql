@@ -32,7 +32,7 @@ WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')
 RETURNING w.current_step;
 
 -- name: notify
-SELECT pg_notify('wfctl_new', '');
+SELECT pg_notify(wfctl_channel(), '');
 
 -- name: prune_count
 SELECT count(*) AS workflows,
@@ -68,3 +68,10 @@ DELETE FROM workers k
 WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running')
 RETURNING k.id;
+
+-- name: prune_workers_count
+-- What prune_workers would delete (`wfctl prune --dry-run`): the same condition.
+SELECT count(*) AS workers
+FROM workers k
+WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running');

@@ -2,10 +2,19 @@
 
 -- name: progress
 SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')) AS finished,
-       count(*) FILTER (WHERE status = 'running') AS running,
        count(*) AS total
 FROM workflows
 WHERE id = ANY(%(ids)s::uuid[]);
+
+-- name: worker_id
+-- The worker row of one of the demo's worker processes.
+SELECT id FROM workers WHERE hostname = %(hostname)s AND pid = %(pid)s
+ORDER BY started_at DESC
+LIMIT 1;
+
+-- name: held
+-- The runs a worker holds (the killed one's, until the other worker's sweep requeues them).
+SELECT count(*) AS held FROM workflows WHERE lease_owner = %(owner)s AND status = 'running';
 
 -- name: current_step
 SELECT current_step, status FROM workflows WHERE id = %(id)s;

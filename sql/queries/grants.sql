@@ -11,3 +11,4 @@ GRANT SELECT, INSERT, UPDATE ON workflows, workflow_steps, workers TO {role};
 GRANT SELECT ON wfctl_schema_migrations TO {role};
 GRANT USAGE, SELECT ON SEQUENCE workflow_steps_id_seq TO {role};
 GRANT EXECUTE ON FUNCTION wfctl_submit(text, jsonb, text, interval, integer, integer) TO {role};
+GRANT EXECUTE ON FUNCTION wfctl_channel() TO {role};

@@ -1,8 +1,14 @@
--- Stale-run recovery (wfctl/recovery.py): `wfctl recover --stale 5m`, safe to run concurrently.
+-- Stale-run recovery (wfctl/recovery.py): `wfctl recover --stale 5m` and the sweep live workers
+-- run, safe to run concurrently.
+--
+-- %(stale)s is a threshold in seconds for every worker (`recover --stale`), or NULL for each
+-- worker's own: the dead_after_seconds its row records (its heartbeat interval times the beats
+-- it may miss, migration 0004). The sweep passes NULL, so it never takes the runs of a worker
+-- whose heartbeat is fresh by that worker's own promise.
 
 -- name: recover
 -- Requeue every running workflow whose owner's heartbeat and own updated_at are both older
--- than %(stale)s (or whose owner stopped or has no worker row), with a fresh epoch so the old
+-- than the threshold (or whose owner stopped or has no worker row), with a fresh epoch so the old
 -- owner is fenced out. A run that moved after its worker's last beat (a checkpoint written
 -- just before a pause) is not stale yet: recover and the reference "updated_at older than X"
 -- query agree.
@@ -15,8 +21,8 @@ WITH stale AS MATERIALIZED (
     LEFT JOIN workers k ON k.id = w.lease_owner
     WHERE w.status = 'running'
       AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-           OR (k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
-               AND w.updated_at < now() - make_interval(secs => %(stale)s::float8)))
+           OR (k.heartbeat_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
+               AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
     ORDER BY w.updated_at
     FOR UPDATE OF w SKIP LOCKED
 )
@@ -50,9 +56,27 @@ FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 WHERE w.status = 'running'
   AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-           OR (k.heartbeat_at < now() - make_interval(secs => %(stale)s::float8)
-               AND w.updated_at < now() - make_interval(secs => %(stale)s::float8)))
+           OR (k.heartbeat_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
+               AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
 ORDER BY w.updated_at;
 
 -- name: notify
-SELECT pg_notify('wfctl_new', '');
+SELECT pg_notify(wfctl_channel(), '');
+
+-- name: sweep_lock
+-- One sweeper at a time: the live workers' sweeps take this transaction-scoped lock without
+-- waiting, and a worker that does not get it skips its turn (another is sweeping right now).
+-- The key names the schema, so wfctl installations in two schemas of one database sweep
+-- independently.
+SELECT pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema())) AS locked;
+
+-- name: slowest_live_worker
+-- The guard on `recover --stale X`: of the live workers (heartbeat fresh by their own rule, not
+-- stopped), the one that may stay silent longest before it counts as dead. A shorter X would
+-- requeue runs that worker is still running.
+SELECT k.id, k.heartbeat_seconds, k.dead_after_seconds
+FROM workers k
+WHERE k.stopped_at IS NULL
+  AND k.heartbeat_at >= now() - make_interval(secs => k.dead_after_seconds)
+ORDER BY k.dead_after_seconds DESC, k.id
+LIMIT 1;

@@ -20,6 +20,10 @@
 --
 -- Stuck runs and worker counts start from the partial index workflows_running_owner_idx
 -- (status = 'running'), which stays small however big the table.
+-- Liveness: a worker is live while it is not stopped and its heartbeat is no older than
+-- %(stale)s when the caller gives one (`--stale`), else than its own dead_after_seconds (its
+-- heartbeat interval times the beats it may miss, recorded by the worker, migration 0004): the
+-- rule the sweep live workers run (sql/queries/recovery.sql) judges them by.
 -- An optional filter is written "%(x)s::type IS NULL OR col = %(x)s": wfctl sends each of these
 -- once per connection, so the server plans it with the value known and drops the unused branch.
 -- Label values of `wfctl metrics` are grouped as they will be written: translate(x,
@@ -65,7 +69,8 @@ GROUP BY workflow_type
 ORDER BY total DESC, workflow_type;
 
 -- name: stuck
--- Running workflows whose owner is gone: its heartbeat is older than --stale, it shut down,
+-- Running workflows whose owner is gone: its heartbeat (and the run's updated_at) is older than
+-- --stale (by default: than the owner's own dead_after, as the sweep judges it), it shut down,
 -- or it has no workers row. Not limited to the window: a run stuck for days is still stuck.
 -- step_name is the name of the last checkpointed step (current_step), NULL before the first.
 SELECT w.id,
@@ -88,7 +93,8 @@ LEFT JOIN workers k ON k.id = w.lease_owner
 LEFT JOIN workflow_steps s ON s.workflow_id = w.id AND s.step_number = w.current_step
 WHERE w.status = 'running'
   AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-       OR (k.heartbeat_at < now() - %(stale)s::interval AND w.updated_at < now() - %(stale)s::interval))
+       OR (k.heartbeat_at < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+           AND w.updated_at < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))))
   AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
 ORDER BY age_seconds DESC NULLS FIRST, w.id;
 
@@ -217,8 +223,9 @@ WHERE s.workflow_id = %(id)s
 ORDER BY s.step_number;
 
 -- name: workers
--- Every registered worker, live ones first. A worker is dead when it shut down (stopped_at) or
--- its heartbeat is older than --stale. "running" counts the workflows it holds leases on.
+-- Every registered worker, live ones first. A worker is stopped when it shut down
+-- (stopped_at), dead when its heartbeat is older than --stale or, by default, than its own
+-- dead_after. "running" counts the workflows it holds leases on.
 SELECT *
 FROM (
     SELECT k.id,
@@ -226,11 +233,18 @@ FROM (
            k.pid,
            CASE
                WHEN k.stopped_at IS NOT NULL THEN 'stopped'
-               WHEN k.heartbeat_at < now() - %(stale)s::interval THEN 'dead'
+               WHEN k.heartbeat_at
+                    < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+                   THEN 'dead'
                ELSE 'live'
            END AS state,
-           k.stopped_at IS NULL AND k.heartbeat_at >= now() - %(stale)s::interval AS alive,
+           k.stopped_at IS NULL
+               AND k.heartbeat_at
+                   >= now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+               AS alive,
            round(extract(epoch FROM now() - k.heartbeat_at)::numeric, 1) AS heartbeat_age_seconds,
+           k.heartbeat_seconds,
+           k.dead_after_seconds,
            (SELECT count(*) FROM workflows w
              WHERE w.status = 'running' AND w.lease_owner = k.id) AS running,
            k.concurrency,
@@ -242,6 +256,15 @@ FROM (
     FROM workers k
 ) AS listed
 ORDER BY alive DESC, heartbeat_at DESC, id;
+
+-- name: live_types
+-- The workflow types some live worker runs (live by its own heartbeat rule): `stats` and `list`
+-- mark pending workflows of any other type, which no running worker will claim.
+SELECT DISTINCT t AS workflow_type
+FROM workers k, unnest(k.workflow_types) AS t
+WHERE k.stopped_at IS NULL
+  AND k.heartbeat_at >= now() - make_interval(secs => k.dead_after_seconds)
+ORDER BY 1;
 
 -- name: workflow_counts
 -- Every workflow by type (as its label value) and status, for metrics: one pass over the table

@@ -1,8 +1,17 @@
 -- Migrations and the version check (wfctl/schema.py).
 
 -- name: lock
--- One `wfctl init` at a time per database; the lock ends with the transaction.
-SELECT pg_advisory_xact_lock(hashtext('wfctl.schema'));
+-- One `wfctl init` at a time per wfctl schema of a database (the key names the schema:
+-- wfctl.schema.lock_key); the lock ends with the transaction.
+SELECT pg_advisory_xact_lock(hashtext(%(key)s));
+
+-- name: schema_exists
+SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s;
+
+-- name: create_schema
+-- Only when missing: CREATE SCHEMA IF NOT EXISTS would need the CREATE privilege on the
+-- database even for a schema that a DBA made beforehand.
+CREATE SCHEMA {schema};
 
 -- name: create_version_table
 CREATE TABLE IF NOT EXISTS wfctl_schema_migrations (

@@ -2,10 +2,20 @@
 -- it claimed with: a worker that lost the lease (recovered, cancelled) changes nothing.
 
 -- name: listen
-LISTEN wfctl_new;
+-- The channel is this schema's (wfctl_channel(), migration 0003: wfctl_new for public), so
+-- workers of another wfctl schema in the same database are not woken; LISTEN takes only a
+-- name, hence the EXECUTE. Without the function (no wfctl schema here) it does nothing, and
+-- the schema check that follows says what is missing.
+DO $$
+BEGIN
+    IF to_regprocedure('wfctl_channel()') IS NOT NULL THEN
+        EXECUTE format('LISTEN %I', wfctl_channel());
+    END IF;
+END
+$$;
 
 -- name: notify
-SELECT pg_notify('wfctl_new', '');
+SELECT pg_notify(wfctl_channel(), '');
 
 -- name: claim
 -- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then
@@ -128,10 +138,14 @@ LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch;
 -- name: heartbeat
 -- One statement per beat: register/refresh the worker row, and touch updated_at of the
 -- workflows it runs (so the reference "stuck for 5 minutes" query agrees with `recover`).
--- Returns what the database thinks this worker runs, to notice lost leases early.
+-- Returns what the database thinks this worker runs, to notice lost leases early. The row
+-- carries the worker's heartbeat interval and the silence after which it counts as dead
+-- (migration 0004): everyone judges this worker by them.
 WITH beat AS (
-    INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version)
-    VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s)
+    INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
+                         heartbeat_seconds, dead_after_seconds)
+    VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s,
+            %(interval)s, %(dead_after)s)
     ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), stopped_at = NULL
     RETURNING id
 )
@@ -153,6 +167,26 @@ RETURNING w.id;
 
 -- name: stopped
 UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
+
+-- name: burst_outlook
+-- A --burst worker with nothing runnable: is work of its types due within the horizon
+-- (%(horizon)s seconds: a retry backing off, a short sleep, a short --delay)? Then it waits for
+-- it (next_due_in seconds); otherwise it exits and says what it leaves behind: the pending
+-- workflows of its types due later, and those of types it does not run.
+SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_end) - now())::float8
+           AS next_due_in,
+       count(*) FILTER (WHERE mine AND run_at > horizon_end) AS later,
+       min(run_at) FILTER (WHERE mine AND run_at > horizon_end) AS later_first,
+       max(run_at) FILTER (WHERE mine AND run_at > horizon_end) AS later_last,
+       count(*) FILTER (WHERE NOT mine) AS other_types,
+       count(DISTINCT workflow_type) FILTER (WHERE NOT mine) AS other_type_count,
+       (array_agg(DISTINCT workflow_type) FILTER (WHERE NOT mine))[1:5] AS other_type_names
+FROM (
+    SELECT w.run_at, w.workflow_type, w.workflow_type = ANY(%(types)s::text[]) AS mine,
+           now() + make_interval(secs => %(horizon)s::float8) AS horizon_end
+    FROM workflows w
+    WHERE w.status = 'pending'
+) AS pending;
 
 -- name: session_setup
 -- The worker's statements run thousands of times with small arrays: plan them once (a generic

@@ -1,5 +1,6 @@
 """What every command shares: the global options, and a Session that resolves the config file
-and the connection target once, connects, and checks the schema version."""
+and the connection target once, connects, and checks the schema version. With no config file
+found, the first use of the embedded default says so, once, on stderr."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ ConfigOpt = Annotated[
     Path | None,
     typer.Option(
         "--config",
-        help="Config file (default: $WFCTL_CONFIG, else ./wfctl.toml).",
+        help="Config file (default: $WFCTL_CONFIG, else the nearest wfctl.toml here or above).",
         show_default=False,
         dir_okay=False,
     ),
@@ -59,8 +60,11 @@ class Session:
     dsn_option: str | None = None
     config_option: Path | None = None
     json: bool = False
+    schema_option: str | None = None  # `wfctl init --schema`, standing for [database] schema
+    announce: bool = True  # say which database wfctl chose when no config file was found
     _config: Config | None = field(default=None, repr=False)
     _target: Target | None = field(default=None, repr=False)
+    _announced: bool = field(default=False, repr=False)
 
     @classmethod
     def create(cls, dsn: str | None = None, config: Path | None = None, json: bool = False) -> Session:
@@ -82,13 +86,28 @@ class Session:
 
     def target(self) -> Target:
         if self._target is None:
-            self._target = resolve_target(self.dsn_option, self.config())
+            self._target = resolve_target(self.dsn_option, self.config(), schema=self.schema_option)
         return self._target
 
+    def _announce(self) -> None:
+        """Once per command: no config file was found, so the embedded server's default home
+        (``./.wfctl``) is used; say which, and how to make it the project's."""
+        target = self.target()
+        config = self.config()
+        if self._announced or not self.announce or not target.embedded or config.exists or config.explicit:
+            return
+        self._announced = True
+        render.notice(
+            f"no wfctl.toml in {config.start} or its parent directories: using the embedded PostgreSQL "
+            f"in {target.data_dir} (`wfctl init` writes a wfctl.toml here)"
+        )
+
     def dsn(self) -> str:
+        self._announce()
         return target_dsn(self.target(), notice=render.notice)
 
     def connect(self, *, check_schema: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
+        self._announce()
         conn = open_target(self.target(), notice=render.notice, **kwargs)
         if check_schema:
             try:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from wfctl import schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.config import describe_data_dir_origin, printable_dsn
 from wfctl.connection import describe, mask_dsn
 from wfctl.embedded import EmbeddedServer
 from wfctl.errors import InvalidInput
+
+#: What `db url` says on stderr when it hid something (a word without "secret": tests look for
+#: fragments of a password such as "se cret" in everything printed).
+HIDDEN_NOTICE = "passwords in this DSN are shown as ***: `wfctl db url --reveal` prints them"
 
 app = typer.Typer(help="The configured database and the embedded PostgreSQL server.", no_args_is_help=True)
 
@@ -26,10 +33,19 @@ def _embedded(session: Session) -> EmbeddedServer:
 
 @app.command()
 def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
-    """Where the database is, whether it runs, and the schema installed in it."""
+    """Where the database is and why (config file, data directory), whether it runs, and the
+    schema installed in it."""
     session = Session.create(dsn, config, json)
+    session.announce = False  # the report says it
+    cfg = session.config()
     target = session.target()
-    info: dict[str, object] = {"source": target.source, "embedded": target.embedded}
+    info: dict[str, object] = {
+        "config": str(cfg.path) if cfg.exists else None,
+        "config_from": cfg.describe_origin(),
+        "source": target.source,
+        "embedded": target.embedded,
+        "wfctl_schema": target.schema or schema.DEFAULT_SCHEMA,
+    }
     if target.embedded:
         server = _embedded(session)
         st = server.status()
@@ -39,6 +55,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
             server_user=st.user,
             postgres=st.version,
             data_dir=str(st.data_dir),
+            data_dir_from=describe_data_dir_origin(target, cfg),
             dsn=st.dsn,
         )
         if not st.running:
@@ -82,12 +99,20 @@ def _report(session: Session, info: dict[str, object], tables: list[dict[str, ob
 
 
 @app.command()
-def url(dsn: DsnOpt = None, config: ConfigOpt = None) -> None:
-    """Print the DSN of the configured database (starting the embedded server if needed);
-    a password is shown as ***."""
+def url(
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    reveal: Annotated[
+        bool, typer.Option("--reveal", help="Print passwords (and other secret keys) instead of ***.")
+    ] = False,
+) -> None:
+    """Print a DSN of the configured database that psql and libpq take as it is (starting the
+    embedded server if needed); passwords are shown as *** unless --reveal."""
     session = Session.create(dsn, config)
-    target = session.target()
-    render.line(session.dsn() if target.embedded else mask_dsn(session.dsn()))
+    text, hidden = printable_dsn(session.target(), session.dsn(), reveal=reveal)
+    render.line(text)
+    if hidden:
+        render.notice(HIDDEN_NOTICE)
 
 
 @app.command()

@@ -3,7 +3,10 @@ function of wfctl.reports, and renders the rows (tables, JSON, or Prometheus tex
 
 from __future__ import annotations
 
+import os
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,14 +15,20 @@ from wfctl import reports, validate, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
-from wfctl.prometheus import exposition
+from wfctl.errors import InvalidInput
+from wfctl.prometheus import exposition, generated_family, write_atomically
 
 SinceOpt = Annotated[
     str, typer.Option("--since", help="Window: workflows created within this long ago (30s, 5m, 24h, 7d).")
 ]
 StaleOpt = Annotated[
-    str,
-    typer.Option("--stale", help="A worker whose last heartbeat is older than this is dead (30s, 5m, ...)."),
+    str | None,
+    typer.Option(
+        "--stale",
+        help="A worker whose last heartbeat is older than this is dead (30s, 5m, ...). Default: each "
+        "worker's own heartbeat interval times its missed beats, as the workers' sweep judges it.",
+        show_default=False,
+    ),
 ]
 TypeOpt = Annotated[
     str | None, typer.Option("--type", help="Only workflows of this type.", show_default=False)
@@ -31,6 +40,11 @@ def _duration(text: str, option: str) -> timedelta:
     return parse_duration(text, what=f"{option} duration", allow_zero=False, minimum=minimum)
 
 
+def _stale(text: str | None) -> timedelta | None:
+    """``--stale``, or None: judge each worker by its own recorded heartbeat."""
+    return None if text is None else _duration(text, "--stale")
+
+
 def _type_filter(workflow_type: str | None) -> str | None:
     validate.check_text(workflow_type, "--type")
     return workflow_type
@@ -38,14 +52,14 @@ def _type_filter(workflow_type: str | None) -> str | None:
 
 def stats(
     since: SinceOpt = "24h",
-    stale: StaleOpt = "5m",
+    stale: StaleOpt = None,
     workflow_type: TypeOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Success rate and run time per workflow type, stuck runs, and the slowest steps."""
-    window, threshold = _duration(since, "--since"), _duration(stale, "--stale")
+    window, threshold = _duration(since, "--since"), _stale(stale)
     _type_filter(workflow_type)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
@@ -57,7 +71,7 @@ def stats(
                 "since": since,
                 "since_seconds": window.total_seconds(),
                 "stale": stale,
-                "stale_seconds": threshold.total_seconds(),
+                "stale_seconds": threshold.total_seconds() if threshold is not None else None,
                 "workflow_type": workflow_type,
                 "success_rate": report.success_rate,
                 "stuck": report.stuck,
@@ -125,10 +139,11 @@ def show(
 
 
 def workers(
-    stale: StaleOpt = "5m", dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False
+    stale: StaleOpt = None, dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False
 ) -> None:
-    """Registered workers, live ones first: host, pid, heartbeat age, workflows running."""
-    threshold = _duration(stale, "--stale")
+    """Registered workers, live ones first: host, pid, heartbeat age and interval, workflows
+    running. Dead: it missed its heartbeats (its interval times its missed beats)."""
+    threshold = _stale(stale)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         rows = reports.workers(conn, stale=threshold)
@@ -140,25 +155,69 @@ def workers(
         render.notice("no worker has registered yet")
 
 
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write to this file instead of stdout, atomically (a temporary file in the same "
+        "directory, renamed over it): for node_exporter's textfile collector. On an error the "
+        "file keeps its last good content.",
+        show_default=False,
+    ),
+]
+
+
+def _check_output(path: Path) -> None:
+    """Refuse an --output that cannot be written before asking the database anything."""
+    directory = path.parent
+    try:
+        if path.is_dir():
+            raise InvalidInput(
+                f"--output {path} is a directory: name the file, such as {path / 'wfctl.prom'}"
+            )
+        if not directory.is_dir():
+            raise InvalidInput(f"--output {path}: there is no directory {directory}")
+    except OSError as exc:  # a name too long, a loop of links ...
+        raise InvalidInput(f"--output {path}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InvalidInput(
+            f"--output {path}: cannot create files in {directory} (the new content is written "
+            "there first, then renamed over the file)"
+        )
+
+
 def metrics(
-    stale: StaleOpt = "5m",
+    stale: StaleOpt = None,
     since: Annotated[
         str, typer.Option("--since", help="Window of the step-duration summary (workflows created since).")
     ] = "1h",
+    output: OutputOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Prometheus text format on stdout, for node_exporter's textfile collector (from cron:
-    write to a temporary file in the collector's directory, then mv it over wfctl.prom)."""
-    threshold, window = _duration(stale, "--stale"), _duration(since, "--since")
+    """Prometheus text format on stdout, or with --output into a file for node_exporter's
+    textfile collector (from cron). Every output ends with the gauge
+    wfctl_metrics_generated_timestamp_seconds: when the database cannot be read, nothing is
+    written, the command exits non-zero, and that gauge's age shows the file is stale."""
+    threshold, window = _stale(stale), _duration(since, "--since")
+    if output is not None:
+        _check_output(output)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         families = reports.metric_families(conn, stale=threshold, since=window)
-    if session.json:
-        render.print_json(families)
-    else:
-        render.raw(exposition(families))
+    families.append(generated_family(time.time()))
+    text = render.to_json(families) + "\n" if session.json else exposition(families)
+    if output is None:
+        render.raw(text)
+        return
+    try:
+        write_atomically(output, text)
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot write --output {output}: {exc.strerror or exc}; the file keeps its previous content"
+        ) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -62,12 +62,16 @@ def prune(
     status: Annotated[
         str, typer.Option("--status", help="Which finished statuses, comma-separated.")
     ] = "completed,failed,cancelled",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Count what would go (runs, steps, worker rows); delete nothing."),
+    ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Delete old finished workflows and their steps, in batches (silent when nothing is old)."""
+    """Delete old finished workflows and their steps, in batches, and worker rows stopped since
+    before the cutoff (silent when nothing is old)."""
     session = Session.create(dsn, config, json)
     age = parse_duration(older_than, what="--older-than", allow_zero=False)
     statuses = words.parse_statuses(status, words.FINISHED)

@@ -239,8 +239,10 @@ def _count(value: Any, style: str) -> Text:
     return Text(str(number), style=style if number else "")
 
 
-def stats_report(report: StatsReport, since: str, stale: str) -> None:
-    """The three stats tables; a one-line notice (stderr) for each that has nothing to show."""
+def stats_report(report: StatsReport, since: str, stale: str | None) -> None:
+    """The three stats tables; a one-line notice (stderr) for each that has nothing to show, and
+    one for each type whose pending workflows no live worker runs. ``stale`` None: each worker
+    is judged by its own heartbeat."""
     kind = f" of type {report.workflow_type!r}" if report.workflow_type else ""
     if report.window_empty:
         notice(f"no workflows{kind} were created in the last {since}")
@@ -265,10 +267,17 @@ def stats_report(report: StatsReport, since: str, stale: str) -> None:
             ],
             justify=["left", *[_NUM] * 9],
         )
+    for r in report.unserved:
+        notice(
+            f"{r['pending']} pending workflow(s) of type {r['workflow_type']!r} wait for a worker: "
+            "no live worker runs this type"
+        )
     if report.stuck:
-        stuck_table(report.stuck, f"Stuck runs: worker silent for more than {stale}")
+        silent = f"silent for more than {stale}" if stale else "missed its heartbeats"
+        stuck_table(report.stuck, f"Stuck runs: worker {silent}")
     elif not report.window_empty:
-        notice(f"no stuck runs{kind}: every running workflow's worker has beaten within {stale}")
+        beating = f"has beaten within {stale}" if stale else "is heartbeating"
+        notice(f"no stuck runs{kind}: every running workflow's worker {beating}")
     if report.slow_steps:
         table(
             f"Slowest steps, workflows created in the last {since}",
@@ -327,7 +336,7 @@ def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
             (
                 r["id"],
                 r["workflow_type"],
-                styled(r["status"]),
+                _list_status(r),
                 r["attempt"],
                 r["current_step"],
                 r["created_at"],
@@ -338,6 +347,13 @@ def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
         ],
         justify=["left", "left", "left", _NUM, _NUM, "left", _NUM, "left"],
     )
+
+
+def _list_status(row: dict[str, Any]) -> Text:
+    """A list row's status; a pending run of a type no live worker runs says so."""
+    if row.get("no_live_worker"):
+        return plain(f"{row['status']} (no live worker)", style=STATUS_STYLES.get(str(row["status"]), ""))
+    return styled(row["status"])
 
 
 def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int = TIMELINE_WIDTH) -> Text:
@@ -420,7 +436,7 @@ def workflow_detail(detail: WorkflowDetail) -> None:
 def workers_table(rows: Sequence[dict[str, Any]]) -> None:
     table(
         None,
-        ["id", "host", "pid", "state", "heartbeat", "running", "started", "version"],
+        ["id", "host", "pid", "state", "heartbeat", "dead after", "running", "started", "version"],
         [
             (
                 r["id"],
@@ -428,13 +444,14 @@ def workers_table(rows: Sequence[dict[str, Any]]) -> None:
                 r["pid"],
                 styled(r["state"]),
                 ago(r["heartbeat_age_seconds"]),
+                seconds(r["dead_after_seconds"]),
                 f"{r['running']}/{r['concurrency']}",
                 r["started_at"],
                 r["version"],
             )
             for r in rows
         ],
-        justify=["left", "left", _NUM, "left", _NUM, _NUM, "left", "left"],
+        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, "left", "left"],
     )
 
 

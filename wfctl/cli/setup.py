@@ -1,4 +1,5 @@
-"""``wfctl init``: install or upgrade the schema, grant roles, write wfctl.toml."""
+"""``wfctl init``: install or upgrade the schema (in a schema of its own with ``--schema``),
+grant roles, write wfctl.toml where none was found (not inside a Python package)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import typer
 from wfctl import schema, validate
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
-from wfctl.config import recorded_dsn, unrecorded_libpq_env, write_config
+from wfctl.config import (
+    FOUND_ABOVE,
+    PG_ENVIRONMENT,
+    Config,
+    check_schema_name,
+    package_refusal,
+    recorded_dsn,
+    unrecorded_libpq_env,
+    write_config,
+)
 from wfctl.connection import describe_connection, mask_dsn
 from wfctl.errors import ConfigError
 
@@ -19,24 +29,45 @@ def init(
         list[str] | None,
         typer.Option("--grant", help="Give this role what workers need (no DDL); repeatable."),
     ] = None,
+    schema_name: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            help="Put every wfctl table, function and trigger in this schema (default: public), "
+            "and record it in the wfctl.toml written.",
+            show_default=False,
+        ),
+    ] = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Install or upgrade the wfctl schema; write wfctl.toml when there is none.
+    """Install or upgrade the wfctl schema; write wfctl.toml when none is found.
 
     Safe to run several at once and to re-run: an up-to-date database is left unchanged.
     """
     session = Session.create(dsn, config, json)
+    session.announce = False  # init says what it wrote instead
     for role in grant or []:
         validate.check_text(role, "--grant")
+    if schema_name is not None:
+        check_schema_name(schema_name)
     cfg = session.config(must_exist=False)
+    if not cfg.exists:
+        refusal = package_refusal(cfg)
+        if refusal is not None:
+            raise refusal
+    elif schema_name is not None:
+        _check_configured_schema(cfg, schema_name)
+    session.schema_option = schema_name
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
         for role in grant or []:
             schema.grant_worker(conn, role)
         where = "the embedded PostgreSQL" if target.embedded else describe_connection(conn)
+    if target.schema is not None:
+        where = f"{where}, schema {result.schema}"
     written = None
     if not cfg.exists:
         try:
@@ -54,9 +85,12 @@ def init(
                 "applied": [f"{m.version:04d}_{m.name}" for m in result.applied],
                 "config_written": str(written) if written else None,
                 "granted": list(grant or []),
+                "schema": result.schema,
             }
         )
         return
+    if cfg.origin == FOUND_ABOVE:
+        render.notice(f"using {cfg.path} (found in a parent directory)")
     for role in grant or []:
         render.notice(f"granted role {role!r} what a worker needs (read/write the wfctl tables, no DDL)")
     if not result.applied:
@@ -68,13 +102,27 @@ def init(
     if written:
         recorded = recorded_dsn(target)
         what = "the embedded PostgreSQL" if recorded is None else mask_dsn(recorded) or "libpq's defaults"
-        render.notice(f"wrote {written} (database: {what})")
-        unrecorded = unrecorded_libpq_env() if target.source == "PG* environment" else []
+        in_schema = f", schema: {target.schema}" if target.schema is not None else ""
+        render.notice(f"wrote {written} (database: {what}{in_schema})")
+        unrecorded = unrecorded_libpq_env() if target.source == PG_ENVIRONMENT else []
         if unrecorded:
             render.notice(
                 f"not recorded in {written.name}: {', '.join(unrecorded)} (a job without them in "
                 "its environment connects without them; a password belongs in ~/.pgpass or PGPASSFILE)"
             )
+
+
+def _check_configured_schema(cfg: Config, wanted: str) -> None:
+    """``--schema`` must agree with the config file in use: wfctl.toml is not rewritten, and a
+    schema installed where the config does not point would be one no other command uses."""
+    configured = cfg.get("database", "schema")
+    if (configured or schema.DEFAULT_SCHEMA) == wanted:
+        return
+    says = f"says schema = {configured!r}" if configured else "names no schema (so wfctl uses public)"
+    raise ConfigError(
+        f"--schema {wanted}, but {cfg.path} {says}",
+        f'set schema = "{wanted}" in its [database] table, or leave --schema out',
+    )
 
 
 def register(app: typer.Typer) -> None:

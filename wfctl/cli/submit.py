@@ -44,8 +44,15 @@ def submit(
         int | None,
         typer.Option("--max-retries", help="Retries after the first attempt (default: the type's)."),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Refuse a TYPE no worker has registered (instead of a warning)."),
+    ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Submit even if no worker has registered TYPE.")
+        bool,
+        typer.Option(
+            "--force", hidden=True, help="Accepted for compatibility: submit without checking TYPE."
+        ),
     ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
@@ -61,12 +68,13 @@ def submit(
     validate.check_int(max_retries, "--max-retries", minimum=0)
     validate.check_type(workflow_type)
     validate.check_key(key)
+    if strict and force:
+        raise InvalidInput("--strict and --force contradict each other: give one")
     delay_value = parse_duration(delay, what="--delay") if delay is not None else None
     if input_file is None:
         single = jsonlines.parse_input(input_json) if input_json is not None else "null"
         with session.connect() as conn:
-            if not force:
-                _check_known_type(conn, workflow_type)
+            unknown = None if force else _unknown_type(conn, workflow_type, strict=strict)
             done = client.submit_one(
                 conn,
                 workflow_type,
@@ -80,6 +88,8 @@ def submit(
                 render.notice(
                     f"key {key!r} was used before: this is the existing workflow, nothing new was stored"
                 )
+        if unknown and done.created:
+            render.warn(unknown)
         if session.json:
             render.print_json({"id": str(done.id), "created": done.created})
         else:
@@ -89,9 +99,10 @@ def submit(
     with _open_input_file(input_file) as stream:
         spool = jsonlines.read_jsonl(stream, source)  # every line checked before anything is stored
     with spool, session.connect() as conn:
-        if not force:
-            _check_known_type(conn, workflow_type)
+        unknown = None if force else _unknown_type(conn, workflow_type, strict=strict)
         ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries)
+    if unknown and ids:
+        render.warn(unknown)
     if session.json:
         render.print_json({"ids": [str(i) for i in ids], "count": len(ids)})
     else:
@@ -114,13 +125,27 @@ def _open_input_file(path: str) -> Iterator[IO[bytes]]:
         yield stream
 
 
-def _check_known_type(conn: psycopg.Connection[Any], workflow_type: str) -> None:
+def _unknown_type(conn: psycopg.Connection[Any], workflow_type: str, *, strict: bool) -> str | None:
+    """The warning to give once the workflow is stored when no worker has registered
+    ``workflow_type`` but some worker has registered others (a typo?), else None. Submitting
+    before the first worker ever started is the normal order of things (``init``, ``submit``,
+    ``worker``): nothing to compare with, nothing said. With ``strict``, an unregistered type is
+    an InvalidInput instead, before anything is stored."""
     known = client.known_types(conn)
-    if known and workflow_type not in known:
+    if workflow_type in known:
+        return None
+    listed = f"known: {', '.join(known)}" if known else "no worker has registered any type yet"
+    if strict:
         raise InvalidInput(
-            f"unknown workflow type {workflow_type!r}: no worker has registered it "
-            f"(known: {', '.join(known)}); use --force to submit it anyway"
+            f"unknown workflow type {workflow_type!r}: no worker has registered it ({listed}); "
+            "--strict refuses it"
         )
+    if not known:
+        return None
+    return (
+        f"no worker has registered workflow type {workflow_type!r} ({listed}): it stays pending "
+        "until a worker that runs it starts"
+    )
 
 
 def _submit_batches(

@@ -46,7 +46,55 @@ def worker(
             "--poll", help=f"Polling interval, the fallback to LISTEN (default {default_text('poll')})."
         ),
     ] = None,
-    burst: Annotated[bool, typer.Option("--burst", help="Exit 0 once no runnable work is left.")] = False,
+    burst: Annotated[
+        bool,
+        typer.Option(
+            "--burst", help="Exit 0 once no runnable work is left, nor any due within --burst-wait."
+        ),
+    ] = False,
+    burst_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--burst-wait",
+            help="With --burst, wait for work due within this long: retries, short sleeps "
+            f"(default {default_text('burst_wait')}; 0s exits at once).",
+        ),
+    ] = None,
+    missed_beats: Annotated[
+        int | None,
+        typer.Option(
+            "--missed-beats",
+            help="A worker that misses this many heartbeats is dead and its runs are requeued "
+            f"by the others (default {default_text('missed_beats')}).",
+        ),
+    ] = None,
+    no_sweep: Annotated[
+        bool,
+        typer.Option(
+            "--no-sweep", help="Do not requeue the runs of dead workers (leave it to `wfctl recover`)."
+        ),
+    ] = False,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port",
+            help="Serve a readiness check over HTTP on this port: 200 while connected and "
+            "heartbeating, 503 otherwise.",
+        ),
+    ] = None,
+    health_host: Annotated[
+        str | None,
+        typer.Option(
+            "--health-host", help=f"Address --health-port listens on (default {default_text('health_host')})."
+        ),
+    ] = None,
+    health_file: Annotated[
+        str | None,
+        typer.Option(
+            "--health-file",
+            help="Touch this file at each successful heartbeat; remove it on exit.",
+        ),
+    ] = None,
     no_listen: Annotated[
         bool,
         typer.Option(
@@ -70,6 +118,10 @@ def worker(
             "no --app given and no [worker] app in wfctl.toml: which module registers the workflows?"
         )
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    if burst_wait is not None and not burst:
+        raise InvalidInput("--burst-wait applies to --burst only")
+    if health_host is not None and health_port is None and cfg.get("worker", "health_port") is None:
+        raise InvalidInput("--health-host needs --health-port (or [worker] health_port)")
     options = worker_options.resolve(
         cfg.data.get("worker", {}),
         concurrency=concurrency,
@@ -79,6 +131,12 @@ def worker(
         poll=poll,
         no_listen=no_listen,
         burst=burst,
+        burst_wait=burst_wait,
+        missed_beats=missed_beats,
+        no_sweep=no_sweep,
+        health_port=health_port,
+        health_host=health_host,
+        health_file=health_file,
         log_format=log_format,
     )
     for name in options.types or []:
@@ -104,14 +162,26 @@ def recover(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be recovered; change nothing.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Recover even with a --stale shorter than a live worker's heartbeat allows "
+            "(its interval times its missed beats).",
+        ),
+    ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Requeue running workflows whose worker died (for cron: silent when there is nothing to do)."""
+    """Requeue running workflows whose worker died (for cron: silent when there is nothing to do).
+    Live workers do this themselves (the sweep); this is for cron and for deployments without
+    long-lived workers."""
     session = Session.create(dsn, config, json)
     threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
     with session.connect() as conn:
+        if not force:
+            recovery.check_threshold(conn, threshold)
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
     if session.json:
         render.print_json([{**r.__dict__, "dry_run": dry_run} for r in rows])

@@ -3,15 +3,18 @@
 A duty is due at a time on the loop's monotonic clock, or at once when something asked for it
 (``soon()``: a heartbeat right after a reconnect or a fenced write). The loop runs the duties
 that are due at each turn and sleeps until the earliest due time of the duties that are
-active. Heartbeat and polling for work are duties today; a recovery sweep, schedules and
-deadline enforcement are one more ``Duty`` each: a name, an interval, an action, a test.
+active. Heartbeat, polling for work and the stale sweep (``wfctl/worker/sweep.py``) are duties
+today; schedules and deadline enforcement would be one more ``Duty`` each: a name, an interval,
+an action, a test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 Clock = Callable[[], float]
+D = TypeVar("D", bound="Duty")
 
 
 class Duty:
@@ -61,11 +64,11 @@ class Duties:
         self.items: list[Duty] = []
         self.timers: list[Duty] = []
 
-    def add(self, duty: Duty) -> Duty:
+    def add(self, duty: D) -> D:
         self.items.append(duty)
         return duty
 
-    def add_timer(self, duty: Duty) -> Duty:
+    def add_timer(self, duty: D) -> D:
         """A duty the loop acts on itself (polling: the claim policy decides, and records the
         run); it only counts for when the loop wakes up."""
         self.timers.append(duty)

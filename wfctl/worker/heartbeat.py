@@ -1,4 +1,8 @@
-"""Heartbeats: the worker row's liveness, and what the database thinks the worker runs."""
+"""Heartbeats: the worker row's liveness, and what the database thinks the worker runs.
+
+Each beat also records the worker's heartbeat interval and the silence after which it counts as
+dead (``WorkerOptions.dead_after``): the sweep, ``recover``'s guard and the reports read them
+from its row, so every worker is judged by its own heartbeat."""
 
 from __future__ import annotations
 
@@ -37,9 +41,18 @@ class Identity:
         return cls(id=f"{host}:{pid}:{uuid.uuid4().hex[:6]}", hostname=host, pid=pid)
 
 
-def beat(conn: psycopg.Connection[Any], me: Identity, concurrency: int, types: list[str]) -> dict[UUID, int]:
-    """Refresh the worker row and the ``updated_at`` of its running workflows, in one statement.
-    Returns {workflow id: epoch} of the workflows the database says this worker runs."""
+def beat(
+    conn: psycopg.Connection[Any],
+    me: Identity,
+    concurrency: int,
+    types: list[str],
+    *,
+    interval: float,
+    dead_after: float,
+) -> dict[UUID, int]:
+    """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds)
+    and the ``updated_at`` of its running workflows, in one statement. Returns
+    {workflow id: epoch} of the workflows the database says this worker runs."""
     with conn.cursor(row_factory=class_row(Held)) as cur:
         rows = cur.execute(
             q("worker.heartbeat"),
@@ -50,6 +63,8 @@ def beat(conn: psycopg.Connection[Any], me: Identity, concurrency: int, types: l
                 "concurrency": concurrency,
                 "types": types,
                 "version": __version__,
+                "interval": interval,
+                "dead_after": dead_after,
             },
         ).fetchall()
     return {row.id: row.lease_epoch for row in rows}

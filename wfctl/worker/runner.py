@@ -10,6 +10,10 @@ heartbeats, listens for wake-ups, and handles signals:
 
 When the connection drops, the loop reconnects with backoff and re-sends the writes that were
 in flight; they are idempotent under the same lease epoch.
+
+Besides its own work, a live worker sweeps: it requeues the runs of workers that missed their
+heartbeats (wfctl/worker/sweep.py), and it can report its readiness over HTTP or in a file
+(wfctl/worker/health.py).
 """
 
 from __future__ import annotations
@@ -28,17 +32,19 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import exits, schema
+from wfctl import exits, recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
-from wfctl.worker import claims, heartbeat
+from wfctl.worker import burst, claims, heartbeat
 from wfctl.worker.checkpoints import Request, flush, merge
 from wfctl.worker.duties import Duties, Duty
 from wfctl.worker.execution import Execution
+from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
+from wfctl.worker.sweep import SweepDuty
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
 
@@ -52,6 +58,7 @@ class GaveUp(Exception):
 RECONNECT_MAX_DELAY = 5.0
 STUCK_CANCEL_AFTER = 2.0  # after the grace period, a statement still waiting is cancelled...
 STUCK_EXIT_AFTER = 5.0  # ...and if the database still does not answer, the worker exits
+BURST_RECHECK = 0.05  # --burst: the shortest wait before claiming work found due again
 
 
 class Worker:
@@ -105,6 +112,28 @@ class Worker:
             active=lambda: not self.stopping.is_set() and self._free_slots() > 0,
         )
         self.duties.add_timer(self.poll)
+        # the stale sweep: requeue the runs of workers that missed their heartbeats (after the
+        # heartbeat when both are due; off while stopping, and with --no-sweep)
+        self.sweep: SweepDuty | None = None
+        if options.sweep:
+            self.sweep = self.duties.add(
+                SweepDuty(
+                    options.heartbeat,
+                    options.dead_after,
+                    self._sweep_once,
+                    log,
+                    start=time.monotonic(),
+                    enabled=lambda: not self.stopping.is_set(),
+                )
+            )
+        # readiness (--health-port, --health-file): connected, and the last beat recent
+        self.last_beat_ok: float | None = None  # monotonic time of the last successful beat
+        self.health_server = (
+            HealthServer(options.health_host, options.health_port, self.health)
+            if options.health_port is not None
+            else None
+        )
+        self.health_file = HealthFile(options.health_file) if options.health_file else None
         self._more = True
         self._announced_stop = False  # the watchdog has logged the signal (never the handler)
         self._signal_r = -1
@@ -230,9 +259,11 @@ class Worker:
                         conn.cancel_safe(timeout=1.0)
                 continue
             held = len(self.running) + len(self.unsettled)
+            if self.health_file is not None:
+                self.health_file.remove()
             self.log.error(
                 f"the database does not answer: exiting without handing back {held} workflow(s); "
-                "their leases lapse and `wfctl recover` requeues them"
+                "their leases lapse and another worker's sweep (or `wfctl recover`) requeues them"
             )
             os._exit(exits.CONNECTION)
 
@@ -287,6 +318,8 @@ class Worker:
                 continue
             self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
             self.heartbeat.soon()
+            if self.sweep is not None:  # the others were probably cut off too: let them beat
+                self.sweep.postpone(time.monotonic())
             self._more = True
             return
 
@@ -322,6 +355,8 @@ class Worker:
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self) -> int:
+        if self.health_server is not None:
+            self.health_server.start()  # a port in use fails here, before anything is claimed
         self._install_signals()
         self.conn = self._connect()
         schema.check(self.conn)
@@ -336,6 +371,9 @@ class Worker:
             types=",".join(self.types),
             concurrency=self.options.concurrency,
             wakeup=mode,
+            dead_after=f"{self.options.dead_after:g}s",
+            sweep="on" if self.sweep is not None else "off",
+            health=self.health_server.url if self.health_server is not None else None,
         )
         try:
             self._loop()
@@ -373,8 +411,8 @@ class Worker:
                     and not self.running
                     and not self.requests
                     and not self.unsettled
+                    and self._burst_finished()
                 ):
-                    self.log.info("burst: no runnable work left; exiting")
                     return
                 continue
             self._wait()
@@ -503,7 +541,14 @@ class Worker:
                     request.abort(exc)
 
     def _beat_once(self, conn: psycopg.Connection[Any]) -> dict[UUID, int]:
-        return heartbeat.beat(conn, self.me, self.options.concurrency, list(self.types))
+        return heartbeat.beat(
+            conn,
+            self.me,
+            self.options.concurrency,
+            list(self.types),
+            interval=self.options.heartbeat,
+            dead_after=self.options.dead_after,
+        )
 
     def _beat(self) -> None:
         try:
@@ -511,6 +556,11 @@ class Worker:
         except psycopg.Error as exc:
             self._refused("heartbeat", exc)
             return
+        self.last_beat_ok = time.monotonic()
+        if self.health_file is not None:
+            problem = self.health_file.touch()
+            if problem:
+                self.log.warning(problem)
         lost = [
             e
             for e in self.running.values()
@@ -538,6 +588,52 @@ class Worker:
             released = self._release(orphans)
             if released:
                 self.log.info(f"released {released} workflow(s) claimed during a connection loss")
+
+    def _sweep_once(self) -> list[recovery.Recovered] | None:
+        """The sweep duty's statement (recovery.sweep); None when another worker sweeps now."""
+        try:
+            found = self._with_db("sweep", recovery.sweep)
+        except psycopg.Error as exc:
+            self._refused("sweep", exc)
+            return []
+        if found:
+            self._more = True  # runnable now; its NOTIFY wakes the other workers
+        return found  # type: ignore[no-any-return]
+
+    def _burst_finished(self) -> bool:
+        """--burst with nothing runnable: if work of its types is due within --burst-wait, wait
+        for it (the next poll comes when it is due, or sooner) and carry on; otherwise log what
+        stays behind and finish."""
+        try:
+            found = self._with_db("burst check", burst.outlook, list(self.types), self.options.burst_wait)
+        except psycopg.Error as exc:
+            self._refused("burst check", exc)
+            self.log.info("burst: no runnable work left; exiting")
+            return True
+        wait = burst.wait_seconds(found)
+        if wait is not None:
+            due = time.monotonic() + max(wait, BURST_RECHECK)
+            self.poll.next_at = min(self.poll.next_at, due)
+            return False
+        self.log.info(burst.leaving(found, self.options.burst_wait))
+        return True
+
+    def health(self) -> tuple[bool, str]:
+        """Readiness, for --health-port (called on the endpoint's thread: reads only): stopping
+        or not connected means not ready; so does a last successful heartbeat older than the
+        silence after which other workers would count this one as dead."""
+        if self.stopping.is_set():
+            return False, "stopping"
+        conn = self.conn
+        if conn is None or conn.closed:
+            return False, "not connected to the database"
+        last = self.last_beat_ok
+        if last is None:
+            return False, "no heartbeat yet"
+        age = time.monotonic() - last
+        if age > self.options.dead_after:
+            return False, f"last successful heartbeat {age:.1f}s ago"
+        return True, f"ok: last heartbeat {age:.1f}s ago"
 
     def _harvest(self) -> None:
         while self.finished:
@@ -625,6 +721,10 @@ class Worker:
             self._work.put(None)
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(-1)
+        if self.health_server is not None:
+            self.health_server.close()
+        if self.health_file is not None:
+            self.health_file.remove()
         self.log.info(f"worker {self.me.id} stopped")
 
 

@@ -1,0 +1,315 @@
+"""Recovery without cron (issue 12, item 2): live workers sweep the runs of workers that missed
+their heartbeats, each judged by its own recorded interval, one sweeper at a time.
+
+The duty's schedule on a fake clock; the sweep statement on a real database (the per-worker
+rule, the lock, concurrent sweepers); and real worker processes: a SIGKILLed worker's run is
+resumed by a survivor with nobody running `wfctl recover` (the time from the kill to the requeue
+is printed: run with -s to see it), survivors requeue each run once, a live worker's long step
+is never swept, and a frozen worker whose run was swept is fenced out when it wakes.
+"""
+
+from __future__ import annotations
+
+import io
+import signal
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from helpers import rows, wait_for
+
+import wfctl
+from wfctl import recovery
+from wfctl.queries import q
+from wfctl.recovery import Recovered
+from wfctl.worker.log import WorkerLog
+from wfctl.worker.options import WorkerOptions
+from wfctl.worker.sweep import SweepDuty
+
+HEARTBEAT = 0.2  # the workers fixture's --heartbeat 200ms
+DEAD_AFTER = WorkerOptions(heartbeat=HEARTBEAT).dead_after  # 3 beats, but at least 1 s
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def recovered(wid: uuid.UUID, status: str = "pending") -> Recovered:
+    beat = datetime(2026, 12, 2, 17, 0, 0, tzinfo=UTC)
+    return Recovered(wid, "order", status, 2, 3, 1, "host:1:abc", beat)
+
+
+# -- the duty, on a fake clock ----------------------------------------------------------------
+
+
+def test_sweep_duty_waits_its_dead_after_then_sweeps_every_interval_and_logs_each_run():
+    clock = FakeClock()
+    stream = io.StringIO()
+    found: list[list[Recovered] | None] = []
+    calls: list[float] = []
+    stopping = [False]
+
+    def sweep_once() -> list[Recovered] | None:
+        calls.append(clock.now)
+        return found.pop(0) if found else []
+
+    from wfctl.worker.duties import Duties
+
+    duties = Duties(clock)
+    duties.add(SweepDuty(2.0, 6.0, sweep_once, WorkerLog("plain", stream), start=clock.now))
+    sweep = duties.items[0]
+    assert isinstance(sweep, SweepDuty)
+    sweep.active = lambda: not stopping[0]
+    # a worker that just started gives the others its own dead_after to beat before it sweeps
+    assert duties.run_due() == [] and duties.next_due() == clock.now + 6.0
+    clock.now += 5.9
+    assert duties.run_due() == []
+    clock.now += 0.1
+    a, b = uuid.uuid4(), uuid.uuid4()
+    found.extend([[recovered(a), recovered(b, "failed")], None])
+    assert duties.run_due() == ["sweep"] and calls == [clock.now]
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert f"recovered {a} requeued: its worker host:1:abc stopped heartbeating" in lines[0]
+    assert "WARNING" in lines[0] and "attempt=2" in lines[0] and "type=order" in lines[0]
+    assert f"failed    {b} failed: its worker host:1:abc stopped heartbeating" in lines[1]
+    assert "ERROR" in lines[1] and "no retries left" in lines[1]
+    assert sweep.requeued == 2
+    # then every interval; a turn another worker is sweeping (None) is skipped quietly
+    assert duties.next_due() == clock.now + 2.0
+    clock.now += 2.0
+    assert duties.run_due() == ["sweep"] and sweep.skipped == 1
+    assert len(stream.getvalue().splitlines()) == 2
+    # after its own reconnect: no sooner than dead_after from then
+    clock.now += 1.0
+    sweep.postpone(clock.now)
+    assert sweep.next_at == clock.now + 6.0
+    clock.now += 5.0
+    assert duties.run_due() == []
+    # a stopping worker does not sweep, and is not woken up for it
+    stopping[0] = True
+    clock.now += 10.0
+    before = len(calls)
+    duties.run_due()
+    assert len(calls) == before and duties.next_due() == float("inf")
+
+
+def test_dead_after_is_the_heartbeat_times_the_missed_beats_but_at_least_a_second():
+    assert WorkerOptions().dead_after == 30.0
+    assert WorkerOptions(heartbeat=2.0, missed_beats=5).dead_after == 10.0
+    assert WorkerOptions(heartbeat=0.2).dead_after == 1.0
+
+
+# -- the statement, on a real database --------------------------------------------------------
+
+
+def add_worker(conn, ident: str, *, silent: float, dead_after: float | None, stopped: bool = False) -> None:
+    columns = "id, hostname, pid, concurrency, heartbeat_at, stopped_at"
+    values = "%(id)s, 'h', 1, 4, now() - make_interval(secs => %(silent)s), %(stopped)s"
+    if dead_after is not None:
+        columns += ", heartbeat_seconds, dead_after_seconds"
+        values += ", %(dead_after)s / 3, %(dead_after)s"
+    conn.execute(
+        f"INSERT INTO workers ({columns}) VALUES ({values})",
+        {
+            "id": ident,
+            "silent": silent,
+            "dead_after": dead_after,
+            "stopped": datetime.now(UTC) if stopped else None,
+        },
+    )
+
+
+def add_run(conn, owner: str, *, moved: float = 3600.0) -> uuid.UUID:
+    """A running workflow of ``owner`` whose row last moved ``moved`` seconds ago."""
+    row = conn.execute(
+        "INSERT INTO workflows (workflow_type, status, lease_owner, lease_epoch, max_retries,"
+        " updated_at) VALUES ('order', 'running', %s, 1, 3, now() - make_interval(secs => %s))"
+        " RETURNING id",
+        (owner, moved),
+    ).fetchone()
+    return row[0]
+
+
+def test_sweep_judges_each_worker_by_its_own_recorded_heartbeat(dsn, conn):
+    add_worker(conn, "late:1:a", silent=5, dead_after=3)  # 5 s silent, dead after 3: dead
+    add_worker(conn, "slow:2:b", silent=5, dead_after=30)  # 5 s silent, allowed 30: live
+    add_worker(conn, "legacy:3:c", silent=120, dead_after=None)  # before 0004: judged at 5m
+    add_worker(conn, "gone:4:d", silent=1, dead_after=30, stopped=True)
+    dead = add_run(conn, "late:1:a")
+    moved = add_run(conn, "late:1:a", moved=1)  # a checkpoint a second ago: not stale yet
+    alive = add_run(conn, "slow:2:b")
+    legacy = add_run(conn, "legacy:3:c")
+    stopped = add_run(conn, "gone:4:d")
+    orphan = add_run(conn, "never-registered:5:e")
+
+    assert {r.id for r in recovery.recover(conn, None, dry_run=True)} == {dead, stopped, orphan}
+    swept = recovery.sweep(conn)
+    assert swept is not None and {r.id for r in swept} == {dead, stopped, orphan}
+    states = dict(rows(dsn, "SELECT id, status || ':' || attempt || ':' || lease_epoch FROM workflows"))
+    assert states == {
+        dead: "pending:2:2",
+        stopped: "pending:2:2",
+        orphan: "pending:2:2",
+        moved: "running:1:1",
+        alive: "running:1:1",
+        legacy: "running:1:1",
+    }
+    # an explicit threshold (`recover --stale 60s`) judges everyone by it
+    assert {r.id for r in recovery.recover(conn, timedelta(seconds=60))} == {legacy}
+
+
+def test_one_sweeper_at_a_time(dsn, conn):
+    add_worker(conn, "late:1:a", silent=10, dead_after=3)
+    wid = add_run(conn, "late:1:a")
+    with psycopg.connect(dsn) as holder:  # another worker in the middle of its sweep
+        assert holder.execute(q("recovery.sweep_lock")).fetchone() == (True,)
+        assert recovery.sweep(conn) is None  # skips its turn at once, changes nothing
+        assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid) == [("running",)]
+        holder.rollback()
+    swept = recovery.sweep(conn)
+    assert swept is not None and [r.id for r in swept] == [wid]
+    assert recovery.sweep(conn) == []
+
+
+def test_concurrent_sweepers_requeue_each_run_once(dsn, conn):
+    for n in range(4):
+        add_worker(conn, f"late:{n}:a", silent=10, dead_after=3)
+    wids = {add_run(conn, f"late:{n % 4}:a") for n in range(200)}
+    results: list[list[Recovered] | None] = []
+    start = threading.Barrier(6)
+
+    def sweeper() -> None:
+        with psycopg.connect(dsn, autocommit=True) as mine:
+            start.wait()
+            for _ in range(5):
+                results.append(recovery.sweep(mine))
+
+    threads = [threading.Thread(target=sweeper) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    requeued = [r.id for batch in results if batch for r in batch]
+    assert len(requeued) == len(set(requeued)) == 200 and set(requeued) == wids
+    assert rows(dsn, "SELECT status, attempt, lease_epoch, count(*) FROM workflows GROUP BY 1, 2, 3") == [
+        ("pending", 2, 2, 200)
+    ]
+
+
+# -- real workers -----------------------------------------------------------------------------
+
+
+def owner_of(dsn: str, wid: str) -> tuple[str, int, str | None]:
+    return rows(dsn, "SELECT status, lease_epoch, lease_owner FROM workflows WHERE id = %s", wid)[0]
+
+
+def worker_id(dsn: str, proc) -> str:
+    return wait_for(
+        lambda: rows(dsn, "SELECT id FROM workers WHERE pid = %s", proc.pid),
+        what=f"worker {proc.pid} to register",
+    )[0][0]
+
+
+@pytest.mark.slow
+def test_a_killed_workers_run_is_resumed_by_a_survivor_without_recover(workers, dsn):
+    workers.gate.touch()
+    wid = str(wfctl.submit(dsn, "held", {}))
+    victim = workers.start("--concurrency", "2", app="burstflows")
+    wait_for(lambda: (wid, "one") in workers.effects(), what="the run to enter its held step")
+    victim_id = worker_id(dsn, victim)
+    survivors = [workers.start("--concurrency", "2", app="burstflows") for _ in range(2)]
+    for proc in survivors:
+        worker_id(dsn, proc)
+    # the worker records its heartbeat; the others judge it by it
+    assert rows(
+        dsn, "SELECT heartbeat_seconds, dead_after_seconds FROM workers WHERE id = %s", victim_id
+    ) == [(HEARTBEAT, DEAD_AFTER)]
+    assert owner_of(dsn, wid) == ("running", 1, victim_id)
+
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    killed = time.monotonic()
+    workers.gate.unlink()
+    wait_for(lambda: owner_of(dsn, wid)[1] > 1, timeout=30, what="a survivor to requeue the run")
+    elapsed = time.monotonic() - killed
+    print(f"\nkill -> requeue by a surviving worker's sweep: {elapsed:.2f}s (dead after {DEAD_AFTER:g}s)")
+    # within a few sweep intervals of the victim's dead_after (that no live worker's run is
+    # requeued before its own dead_after is the next test's business)
+    assert elapsed < DEAD_AFTER + 5.0
+
+    wait_for(lambda: owner_of(dsn, wid)[0] == "completed", timeout=30, what="the run to complete")
+    _, epoch, owner = owner_of(dsn, wid)
+    assert epoch == 3 and owner != victim_id  # claim, sweep, claim again
+    assert rows(dsn, "SELECT attempt FROM workflows WHERE id = %s", wid) == [(2,)]
+    # requeued once, by one of the survivors: one line in all their logs together
+    logs = [p.log_path.read_text() for p in survivors]
+    assert sum(log.count(f"recovered {wid} requeued: its worker {victim_id}") for log in logs) == 1
+    assert workers.effects().count((wid, "one")) == 2 and workers.effects().count((wid, "two")) == 1
+
+
+@pytest.mark.slow
+def test_a_live_workers_long_step_is_never_swept_and_a_frozen_one_is_fenced_when_it_wakes(workers, dsn):
+    workers.gate.touch()
+    wid = str(wfctl.submit(dsn, "held", {}))
+    holder = workers.start("--concurrency", "1", app="burstflows")
+    wait_for(lambda: (wid, "one") in workers.effects(), what="the run to enter its held step")
+    holder_id = worker_id(dsn, holder)
+    other = workers.start("--concurrency", "1", app="burstflows")
+    other_id = worker_id(dsn, other)
+    # the other worker sweeps every 200 ms; for several times the holder's dead_after, the
+    # holder keeps beating and its run is left alone
+    deadline = time.monotonic() + 4 * DEAD_AFTER
+    while time.monotonic() < deadline:
+        assert owner_of(dsn, wid) == ("running", 1, holder_id)
+        time.sleep(0.1)
+    assert "recovered" not in other.log_path.read_text()
+
+    holder.send_signal(signal.SIGSTOP)  # frozen: it stops beating; the other takes the run over
+    try:
+        wait_for(
+            lambda: owner_of(dsn, wid)[2] == other_id, timeout=30, what="the other worker to take the run"
+        )
+        workers.gate.unlink()
+        wait_for(lambda: owner_of(dsn, wid)[0] == "completed", timeout=30, what="completion")
+    finally:
+        holder.send_signal(signal.SIGCONT)
+    # the frozen worker wakes inside the step it was in, and can commit nothing for it
+    wait_for(
+        lambda: "lease lost" in holder.log_path.read_text(), what="the woken worker to see the lease gone"
+    )
+    assert owner_of(dsn, wid) == ("completed", 3, other_id)
+    steps = "SELECT step_number, attempt, lease_epoch FROM workflow_steps WHERE workflow_id = %s ORDER BY 1"
+    assert rows(dsn, steps, wid) == [(1, 2, 3), (2, 2, 3)]
+    holder.send_signal(signal.SIGTERM)
+    assert holder.wait(timeout=30) == 0
+
+
+@pytest.mark.slow
+def test_no_sweep_leaves_recovery_to_recover(workers, dsn):
+    workers.gate.touch()
+    wid = str(wfctl.submit(dsn, "held", {}))
+    victim = workers.start("--concurrency", "1", app="burstflows")
+    wait_for(lambda: (wid, "one") in workers.effects(), what="the run to enter its held step")
+    bystander = workers.start("--no-sweep", app="burstflows")
+    worker_id(dsn, bystander)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    workers.gate.unlink()
+    # no sweep: the run stays with the dead worker however long one waits for it (bounded
+    # here by several dead_after windows of the bystander's sweep, had it been on)
+    deadline = time.monotonic() + 4 * DEAD_AFTER
+    while time.monotonic() < deadline:
+        assert owner_of(dsn, wid)[:2] == ("running", 1)
+        time.sleep(0.1)
+    result = workers.wfctl("recover", "--stale", "1s")
+    assert result.exit_code == 0 and result.stdout.startswith(f"requeued {wid}")
+    wait_for(lambda: owner_of(dsn, wid)[0] == "completed", timeout=30, what="completion")
+    assert "sweep=off" in bystander.log_path.read_text()

@@ -41,7 +41,7 @@ def permanent_body(ctx: wfctl.Context, data: dict[str, Any]) -> None:
     raise wfctl.PermanentError("order is void")
 
 
-@wfctl.workflow("dont_retry", max_retries=5, retry_base=0.01, dont_retry=(Declined, KeyError))
+@wfctl.workflow("dont_retry", max_retries=5, retry_base=30, dont_retry=(Declined, KeyError))
 def dont_retry(ctx: wfctl.Context, data: dict[str, Any]) -> None:
     if data.get("raise") == "value":  # not listed: retried as usual
         ctx.step("check", bad_value, f"bad value on attempt {ctx.attempt}")

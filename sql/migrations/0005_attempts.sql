@@ -1,4 +1,4 @@
--- wfctl schema, version 3.
+-- wfctl schema, version 5.
 --
 -- Every attempt is kept. A row per execution of a workflow, that is per lease: the claim
 -- inserts it (worker, epoch, attempt number, start), and whatever ends the execution closes it

@@ -37,7 +37,7 @@ _wfctl() {
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;
         "recover") opts="--stale --dry-run --force --dsn --config --json --help -h"; cmds="" ;;
         "retry") opts="--from-step --dsn --config --json --help -h"; cmds="" ;;
-        "show") opts="--dsn --config --json --help -h"; cmds="" ;;
+        "show") opts="--traceback --dsn --config --json --help -h"; cmds="" ;;
         "stats") opts="--since --stale --type --dsn --config --json --help -h"; cmds="" ;;
         "submit") opts="--input-file --key --delay --priority --max-retries --strict --dsn --config --json --help -h"; cmds="" ;;
         "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --burst-wait --missed-beats --no-sweep --health-port --health-host --health-file --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;

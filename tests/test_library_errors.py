@@ -130,3 +130,15 @@ def test_only_exits_and_the_cli_speak_of_exit_codes():
             ):
                 offenders.append(f"{rel}:{node.lineno}")
     assert offenders == []
+
+
+def test_submit_to_a_database_without_the_schema_raises_schema_error(empty_dsn):
+    import psycopg
+
+    with pytest.raises(wfctl.SchemaError, match="run `wfctl init`") as info:
+        wfctl.submit(empty_dsn, "order")
+    assert isinstance(info.value.__cause__, psycopg.errors.UndefinedTable)
+    with psycopg.connect(empty_dsn) as conn, pytest.raises(wfctl.SchemaError):
+        from wfctl.client import submit_many
+
+        submit_many(conn, "order", ["{}"])

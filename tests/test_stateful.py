@@ -235,7 +235,10 @@ CREATE TRIGGER sf_audit_steps_row AFTER INSERT OR UPDATE OR DELETE ON workflow_s
     FOR EACH ROW EXECUTE FUNCTION sf_audit_steps_fn();
 """
 
-RESET_SQL = "TRUNCATE workflows, workflow_steps, workers, sf_audit_wf, sf_audit_steps RESTART IDENTITY"
+RESET_SQL = (
+    "TRUNCATE workflows, workflow_steps, workflow_attempts, workers, sf_audit_wf, sf_audit_steps "
+    "RESTART IDENTITY"
+)
 
 
 def reference_stuck_sql() -> str:

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl.connection import connect
+from wfctl.connection import connect, translate
 from wfctl.durations import as_seconds, parse_duration
 from wfctl.errors import InvalidInput, InvalidState
 from wfctl.queries import q
@@ -40,6 +40,16 @@ def _delay(delay: str | float | timedelta | None) -> float | None:
     if result < timedelta(0):
         raise InvalidInput("a delay cannot be negative")
     return as_seconds(result)
+
+
+@contextmanager
+def _library_errors() -> Iterator[None]:
+    """A database error raised while submitting becomes the wfctl error it means (no schema:
+    SchemaError; no privilege: PermissionDenied; ...), the driver's error as its cause."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
 
 
 @contextmanager
@@ -99,7 +109,7 @@ def submit_one(
         "priority": priority,
         "max_retries": max_retries,
     }
-    with _connection(conn_or_dsn) as conn:
+    with _connection(conn_or_dsn) as conn, _library_errors():
         for _ in range(SUBMIT_TRIES):
             row = conn.execute(q("client.submit"), params).fetchone()
             if row is not None:
@@ -130,16 +140,17 @@ def submit_many(
     check_type(workflow_type)
     check_int(priority, "priority")
     check_int(max_retries, "max_retries", minimum=0)
-    rows = conn.execute(
-        q("client.submit_many"),
-        {
-            "workflow_type": workflow_type,
-            "inputs": list(inputs_json),
-            "delay": _delay(delay),
-            "priority": priority,
-            "max_retries": max_retries,
-        },
-    ).fetchall()
+    with _library_errors():
+        rows = conn.execute(
+            q("client.submit_many"),
+            {
+                "workflow_type": workflow_type,
+                "inputs": list(inputs_json),
+                "delay": _delay(delay),
+                "priority": priority,
+                "max_retries": max_retries,
+            },
+        ).fetchall()
     return [r[0] for r in rows]
 
 

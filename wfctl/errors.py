@@ -63,3 +63,9 @@ class AppError(WfctlError):
 
 class ServerError(WfctlError):
     """The embedded PostgreSQL server could not be set up, started or stopped."""
+
+
+class PermanentError(Exception):
+    """Raise it from a step or a workflow function to fail the run at once: no retry, whatever
+    ``max_retries`` says. The message is kept as the run's error. (Not a ``WfctlError``: it is
+    the workflow's own verdict, not a problem wfctl reports.)"""

@@ -27,6 +27,7 @@ class WorkflowType:
     max_retries: int = DEFAULT_MAX_RETRIES
     retry_base: timedelta = DEFAULT_RETRY_BASE
     retry_cap: timedelta = DEFAULT_RETRY_CAP
+    dont_retry: tuple[type[BaseException], ...] = ()  # errors that fail the run at once
 
 
 @dataclass
@@ -70,18 +71,30 @@ def _as_delta(value: str | float | timedelta, what: str) -> timedelta:
     return delta
 
 
+def _error_classes(value: object) -> tuple[type[BaseException], ...]:
+    """``dont_retry`` as a tuple of exception classes: one class or a tuple/list of them."""
+    items = tuple(value) if isinstance(value, tuple | list) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise InvalidInput(f"dont_retry takes exception classes, not {item!r}")
+    return items  # type: ignore[return-value]
+
+
 def workflow(
     name: str,
     *,
     max_retries: int = DEFAULT_MAX_RETRIES,
     retry_base: str | float | timedelta = DEFAULT_RETRY_BASE,
     retry_cap: str | float | timedelta = DEFAULT_RETRY_CAP,
+    dont_retry: type[BaseException] | tuple[type[BaseException], ...] = (),
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx, data)`` as the workflow type ``name``.
 
     ``max_retries`` counts attempts after the first; a failed attempt is retried after
     ``retry_base * 2**(attempt-1)`` (capped at ``retry_cap``) with jitter.
+    An error that is an instance of a class in ``dont_retry`` (or a ``wfctl.PermanentError``)
+    fails the run at once, without retries.
     """
     if not name or len(name) > MAX_TYPE_LENGTH:
         raise InvalidInput(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
@@ -90,10 +103,18 @@ def workflow(
 
     base = _as_delta(retry_base, "retry_base")
     cap = _as_delta(retry_cap, "retry_cap")
+    permanent = _error_classes(dont_retry)
 
     def decorate(fn: F) -> F:
         (registry or default_registry).add(
-            WorkflowType(name=name, fn=fn, max_retries=max_retries, retry_base=base, retry_cap=cap)
+            WorkflowType(
+                name=name,
+                fn=fn,
+                max_retries=max_retries,
+                retry_base=base,
+                retry_cap=cap,
+                dont_retry=permanent,
+            )
         )
         fn.__wfctl_type__ = name  # type: ignore[attr-defined]
         return fn

@@ -62,6 +62,7 @@ class StatsReport:
 class WorkflowDetail:
     workflow: Row
     steps: list[Row]
+    attempts: list[Row]  # every execution, oldest first (workflow_attempts)
 
 
 def _rows(
@@ -239,7 +240,7 @@ def list_workflows(
 
 
 def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
-    """One workflow's row and its steps in order; NotFound when there is no such id."""
+    """One workflow's row, its steps in order and its attempts; NotFound when there is no such id."""
     ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
     with _snapshot(conn):
         try:
@@ -262,7 +263,8 @@ def _detail(
     if not found:
         raise NotFound(f"no workflow with id {ident}")
     steps = _rows(conn, "reports.workflow_steps", {"id": ident}, json_loads=json_loads)
-    return WorkflowDetail(workflow=found[0], steps=steps)
+    attempts = _rows(conn, "reports.workflow_attempts", {"id": ident})
+    return WorkflowDetail(workflow=found[0], steps=steps, attempts=attempts)
 
 
 def workers(conn: Conn, *, stale: timedelta | None = None) -> list[Row]:

@@ -168,6 +168,9 @@ def overview(conn: psycopg.Connection[Any]) -> Overview:
         cur = conn.execute(q("admin.schema_overview"))
         names = [c.name for c in cur.description or []]
         tables = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        for table in tables:
+            counted = conn.execute(composed("admin.count_rows", table=table["table_name"])).fetchone()
+            table["rows"] = counted[0] if counted else None
     return Overview(
         server_version=version[0] if version else "",
         role=who[0] if who else "",

@@ -15,23 +15,23 @@ SELECT current_setting('server_version') AS version,
        current_setting('server_version_num')::int AS version_num;
 
 -- name: schema_overview
--- The tables wfctl installed: columns, indexes, rows and size on disk.
+-- The tables wfctl installed: columns, indexes and size on disk (rows: admin.count_rows, per
+-- table, so a table an older schema version lacks is simply not listed).
 SELECT c.relname AS table_name,
        (SELECT count(*) FROM pg_attribute a
          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS columns,
        (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid) AS indexes,
-       CASE c.relname
-           WHEN 'workflows' THEN (SELECT count(*) FROM workflows)
-           WHEN 'workflow_steps' THEN (SELECT count(*) FROM workflow_steps)
-           WHEN 'workers' THEN (SELECT count(*) FROM workers)
-           WHEN 'wfctl_schema_migrations' THEN (SELECT count(*) FROM wfctl_schema_migrations)
-       END AS rows,
        pg_total_relation_size(c.oid) AS bytes
 FROM pg_class c
 WHERE c.relkind IN ('r', 'p')
-  AND c.relname IN ('workflows', 'workflow_steps', 'workers', 'wfctl_schema_migrations')
+  AND c.relname IN ('workflows', 'workflow_steps', 'workflow_attempts', 'workers',
+                    'wfctl_schema_migrations')
   AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())
 ORDER BY c.relname;
+
+-- name: count_rows
+-- {table} is one of schema_overview's tables, composed with psycopg.sql.Identifier.
+SELECT count(*) FROM {table};
 
 -- name: whoami
 SELECT current_user AS role, current_database() AS database, current_schema() AS schema;

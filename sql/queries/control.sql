@@ -6,15 +6,28 @@ SELECT id, status, lease_owner, current_step FROM workflows WHERE id = %(id)s;
 -- name: cancel
 -- Pending: cancelled at once. Running: cancelled, and the epoch raised, so every further write
 -- of its worker is fenced out; the worker notices and stops it at its next step boundary.
+-- A running execution's row in the attempt history ends 'cancelled'.
 WITH old AS (
-    SELECT id, status, lease_owner FROM workflows WHERE id = %(id)s FOR UPDATE
+    SELECT id, status, lease_owner, lease_epoch FROM workflows WHERE id = %(id)s FOR UPDATE
+),
+cancelled AS (
+    UPDATE workflows w
+    SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = now(),
+        updated_at = now(), error_message = coalesce(%(reason)s, 'cancelled by an operator'),
+        error_traceback = NULL
+    FROM old
+    WHERE w.id = old.id AND old.status IN ('pending', 'running')
+    RETURNING w.id, w.current_step, w.error_message
+),
+closed AS (
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = 'cancelled', last_step = c.current_step, error = c.error_message
+    FROM cancelled c, old
+    WHERE old.status = 'running' AND wa.workflow_id = c.id AND wa.lease_epoch = old.lease_epoch
+      AND wa.ended_at IS NULL
 )
-UPDATE workflows w
-SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = now(),
-    updated_at = now(), error_message = coalesce(%(reason)s, 'cancelled by an operator')
-FROM old
-WHERE w.id = old.id AND old.status IN ('pending', 'running')
-RETURNING w.id, old.status AS previous_status, old.lease_owner AS worker;
+SELECT c.id, old.status AS previous_status, old.lease_owner AS worker
+FROM cancelled c, old;
 
 -- name: retry_delete_steps
 -- `wfctl retry --from-step N`: forget the checkpoints from step N on.
@@ -25,7 +38,8 @@ DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_
 -- checkpoints that are left (all of them unless --from-step deleted some).
 UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
-    updated_at = now(), finished_at = NULL, error_message = NULL, output_data = NULL,
+    updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
+    output_data = NULL,
     current_step = coalesce((SELECT max(s.step_number) FROM workflow_steps s
                              WHERE s.workflow_id = w.id AND s.status = 'completed'), 0)
 WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')

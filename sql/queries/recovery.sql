@@ -12,9 +12,10 @@
 -- owner is fenced out. A run that moved after its worker's last beat (a checkpoint written
 -- just before a pause) is not stale yet: recover and the reference "updated_at older than X"
 -- query agree.
--- The abandoned attempt counts: past max_retries the workflow fails instead. Rows another
--- recover holds are skipped (SKIP LOCKED), and the row re-check after the lock makes a
--- workflow that a concurrent recover already requeued drop out: each is requeued once.
+-- The abandoned attempt counts: past max_retries the workflow fails instead. Its row in the
+-- attempt history ends 'abandoned'. Rows another recover holds are skipped (SKIP LOCKED), and
+-- the row re-check after the lock makes a workflow that a concurrent recover already requeued
+-- drop out: each is requeued once.
 WITH stale AS MATERIALIZED (
     SELECT w.id, w.lease_owner, k.heartbeat_at
     FROM workflows w
@@ -25,25 +26,39 @@ WITH stale AS MATERIALIZED (
                AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
     ORDER BY w.updated_at
     FOR UPDATE OF w SKIP LOCKED
+),
+requeued AS (
+    UPDATE workflows w
+    SET status = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END,
+        attempt = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END,
+        lease_epoch = w.lease_epoch + 1,
+        run_at = now(),
+        updated_at = now(),
+        finished_at = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN now() END,
+        error_message = CASE
+            WHEN w.attempt > coalesce(w.max_retries, 3) THEN
+                format('abandoned: worker %%s stopped heartbeating during attempt %%s of %%s '
+                       '(step %%s done); no retries left', coalesce(stale.lease_owner, '?'),
+                       w.attempt, coalesce(w.max_retries, 3) + 1, w.current_step)
+            ELSE w.error_message
+        END,
+        error_traceback = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN NULL
+                               ELSE w.error_traceback END
+    FROM stale
+    WHERE w.id = stale.id
+    RETURNING w.id, w.workflow_type, w.status, w.attempt, w.lease_epoch, w.current_step,
+              stale.lease_owner AS previous_owner, stale.heartbeat_at AS owner_heartbeat
+),
+closed AS (
+    -- the abandoned execution's row in the attempt history (the epoch before the new one)
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = 'abandoned', last_step = r.current_step,
+        error = format('worker %%s stopped heartbeating (last beat %%s)',
+                       coalesce(r.previous_owner, '?'), coalesce(r.owner_heartbeat::text, 'never'))
+    FROM requeued r
+    WHERE wa.workflow_id = r.id AND wa.lease_epoch = r.lease_epoch - 1 AND wa.ended_at IS NULL
 )
-UPDATE workflows w
-SET status = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END,
-    attempt = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END,
-    lease_epoch = w.lease_epoch + 1,
-    run_at = now(),
-    updated_at = now(),
-    finished_at = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN now() END,
-    error_message = CASE
-        WHEN w.attempt > coalesce(w.max_retries, 3) THEN
-            format('abandoned: worker %%s stopped heartbeating during attempt %%s of %%s '
-                   '(step %%s done); no retries left', coalesce(stale.lease_owner, '?'),
-                   w.attempt, coalesce(w.max_retries, 3) + 1, w.current_step)
-        ELSE w.error_message
-    END
-FROM stale
-WHERE w.id = stale.id
-RETURNING w.id, w.workflow_type, w.status, w.attempt, w.lease_epoch, w.current_step,
-          stale.lease_owner AS previous_owner, stale.heartbeat_at AS owner_heartbeat;
+SELECT * FROM requeued;
 
 -- name: stale_runs
 -- The same set, for --dry-run: nothing is changed.

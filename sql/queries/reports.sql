@@ -200,9 +200,33 @@ SELECT id,
            AS elapsed_seconds,
        input_data,
        output_data,
-       error_message
+       error_message,
+       error_traceback
 FROM workflows w
 WHERE id = %(id)s;
+
+-- name: workflow_attempts
+-- Every execution of one workflow (workflow_attempts), oldest first: worker, start, end, how it
+-- ended. An execution that has not ended is "running" while its worker still holds the lease,
+-- and "lost" when the lease moved on without anything closing the row (it cannot happen with
+-- this version's writers; rows from before the history existed are simply absent).
+SELECT a.attempt,
+       a.lease_epoch,
+       a.worker_id,
+       a.started_at,
+       a.ended_at,
+       round(extract(epoch FROM coalesce(a.ended_at, now()) - a.started_at)::numeric, 3)
+           AS duration_seconds,
+       coalesce(a.outcome,
+                CASE WHEN w.status = 'running' AND w.lease_epoch = a.lease_epoch THEN 'running'
+                     ELSE 'lost' END) AS outcome,
+       a.last_step,
+       a.error,
+       a.traceback
+FROM workflow_attempts a
+JOIN workflows w ON w.id = a.workflow_id
+WHERE a.workflow_id = %(id)s
+ORDER BY a.lease_epoch;
 
 -- name: workflow_steps
 -- The step timeline: offsets from the workflow's first claim (its creation if never claimed).

@@ -23,7 +23,8 @@ SELECT pg_notify(wfctl_channel(), '');
 -- UPDATE finds the picked rows by primary key (= ANY of an array), a plan that stays right
 -- under a cached generic plan and stale statistics. The same statement takes the lease
 -- (owner, epoch + 1), fills in the type's retry policy when the submitter left max_retries
--- NULL, and returns the journal of completed steps for a run that resumes.
+-- NULL, opens the execution's row in workflow_attempts, and returns the journal of completed
+-- steps for a run that resumes.
 WITH picked AS MATERIALIZED (
     SELECT w.id
     FROM workflows w
@@ -33,28 +34,37 @@ WITH picked AS MATERIALIZED (
     ORDER BY w.priority DESC, w.run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE workflows w
+    SET status = 'running',
+        lease_owner = %(owner)s,
+        lease_epoch = w.lease_epoch + 1,
+        max_retries = coalesce(w.max_retries, (
+            SELECT p.max_retries
+            FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
+            WHERE p.workflow_type = w.workflow_type
+        )),
+        started_at = coalesce(w.started_at, now()),
+        updated_at = now()
+    WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
+    RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
+              w.current_step,
+              CASE WHEN w.current_step > 0 THEN (
+                  SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
+                                  ORDER BY s.step_number)
+                  FROM workflow_steps s
+                  WHERE s.workflow_id = w.id AND s.status = 'completed'
+              ) END AS journal,
+              now() AS db_now
+),
+opened AS (
+    -- the attempt history (workflow_attempts): this execution starts now, on this worker
+    INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at)
+    SELECT c.id, c.lease_epoch, c.attempt, %(owner)s, c.db_now FROM claimed c
+    ON CONFLICT (workflow_id, lease_epoch) DO NOTHING
 )
-UPDATE workflows w
-SET status = 'running',
-    lease_owner = %(owner)s,
-    lease_epoch = w.lease_epoch + 1,
-    max_retries = coalesce(w.max_retries, (
-        SELECT p.max_retries
-        FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
-        WHERE p.workflow_type = w.workflow_type
-    )),
-    started_at = coalesce(w.started_at, now()),
-    updated_at = now()
-WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
-          w.current_step,
-          CASE WHEN w.current_step > 0 THEN (
-              SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
-                              ORDER BY s.step_number)
-              FROM workflow_steps s
-              WHERE s.workflow_id = w.id AND s.status = 'completed'
-          ) END AS journal,
-          now() AS db_now;
+SELECT * FROM claimed;
 
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. It knows no
@@ -78,10 +88,10 @@ WITH r AS (
                 %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
                 %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
-                %(step_errors)s::text[])
+                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
          AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
               do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
-              step_status, output, started, step_error)
+              step_status, output, started, step_error, set_traceback, outcome)
 ),
 w AS (
     UPDATE workflows wf
@@ -89,6 +99,7 @@ w AS (
         current_step = coalesce(r.set_step, wf.current_step),
         output_data = CASE WHEN r.do_output THEN r.set_output ELSE wf.output_data END,
         error_message = CASE WHEN r.do_error THEN r.set_error ELSE wf.error_message END,
+        error_traceback = CASE WHEN r.do_error THEN r.set_traceback ELSE wf.error_traceback END,
         attempt = wf.attempt + r.attempt_inc,
         run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
                       ELSE coalesce(r.run_at, wf.run_at) END,
@@ -101,7 +112,17 @@ w AS (
       -- status index, even when the table's statistics are stale
       AND wf.status = r.require_status
       AND (r.expect IS NULL OR wf.current_step = r.expect)
-    RETURNING wf.id, wf.lease_epoch
+    RETURNING wf.id, wf.lease_epoch, wf.current_step
+),
+a AS (
+    -- the execution ends (outcome set): close its row in the attempt history
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = r.outcome, last_step = w.current_step,
+        error = r.set_error, traceback = r.set_traceback
+    FROM r
+    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
+    WHERE r.outcome IS NOT NULL
+      AND wa.workflow_id = r.id AND wa.lease_epoch = r.epoch AND wa.ended_at IS NULL
 ),
 s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
@@ -157,13 +178,23 @@ RETURNING id, lease_epoch;
 -- name: release_owned
 -- Shutdown, and runs claimed by a statement whose reply never arrived: hand back these
 -- executions (id and epoch) if this worker still holds them, runnable at once. The attempt
--- is not counted: none of their steps ran here.
-UPDATE workflows w
-SET status = 'pending', run_at = now(), updated_at = now()
-FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS r(id, epoch)
-WHERE w.id = r.id AND w.lease_epoch = r.epoch
-  AND w.lease_owner = %(id)s AND w.status = 'running'
-RETURNING w.id;
+-- is not counted: none of their steps ran here. Their attempt-history rows end 'released'.
+WITH released AS (
+    UPDATE workflows w
+    SET status = 'pending', run_at = now(), updated_at = now()
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS r(id, epoch)
+    WHERE w.id = r.id AND w.lease_epoch = r.epoch
+      AND w.lease_owner = %(id)s AND w.status = 'running'
+    RETURNING w.id, w.lease_epoch, w.current_step
+),
+closed AS (
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = 'released', last_step = released.current_step
+    FROM released
+    WHERE wa.workflow_id = released.id AND wa.lease_epoch = released.lease_epoch
+      AND wa.ended_at IS NULL
+)
+SELECT id FROM released;
 
 -- name: stopped
 UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;

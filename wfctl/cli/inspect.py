@@ -123,19 +123,22 @@ def list_workflows(
 
 def show(
     workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id (a UUID).")],
+    traceback: Annotated[
+        bool, typer.Option("--traceback", help="Print the error's whole traceback (file and line).")
+    ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """One workflow: its row, input, output and error, and a timeline of its steps."""
+    """One workflow: its row, input, output and error, a timeline of its steps, its attempts."""
     ident = words.parse_id(workflow_id)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         detail = reports.show_workflow(conn, ident)
     if session.json:
-        render.print_json({"workflow": detail.workflow, "steps": detail.steps})
+        render.print_json({"workflow": detail.workflow, "steps": detail.steps, "attempts": detail.attempts})
     else:
-        render.workflow_detail(detail)
+        render.workflow_detail(detail, traceback=traceback)
 
 
 def workers(

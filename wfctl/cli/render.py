@@ -203,6 +203,12 @@ STATUS_STYLES = {
     "dead": "bold red",
     "stopped": "dim",
     "missing": "bold red",
+    # attempt outcomes (wfctl show)
+    "error": "red",
+    "abandoned": "bold red",
+    "released": "yellow",
+    "parked": "yellow",
+    "lost": "dim",
 }
 TIMELINE_WIDTH = 40
 SUCCESS_COLUMNS = (
@@ -372,8 +378,9 @@ def _attempt(attempt: int, max_retries: int | None) -> str:
     return str(attempt) if max_retries is None else f"{attempt} of {1 + max_retries}"
 
 
-def workflow_detail(detail: WorkflowDetail) -> None:
-    """The workflow's row, its input, output and error, and the step timeline."""
+def workflow_detail(detail: WorkflowDetail, *, traceback: bool = False) -> None:
+    """The workflow's row, its input, output and error (with ``traceback``, the error's whole
+    traceback), the step timeline and its attempts."""
     from rich.text import Text
 
     w = detail.workflow
@@ -406,9 +413,19 @@ def workflow_detail(detail: WorkflowDetail) -> None:
     if w["error_message"]:
         out.print(Text("Error", style="bold red"))
         out.print(plain(w["error_message"], keep="\n\t", style="red"))
-    if not detail.steps:
+        if traceback and w["error_traceback"]:
+            out.print(plain(w["error_traceback"], keep="\n\t"))
+        elif w["error_traceback"]:
+            notice("the error's traceback: wfctl show --traceback " + str(w["id"]))
+    if detail.steps:
+        _steps_table(detail, w)
+    else:
         notice("no steps recorded yet")
-        return
+    if detail.attempts:
+        _attempts_table(detail.attempts)
+
+
+def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:
     ends = [float(s["offset_seconds"] or 0) + float(s["duration_seconds"] or 0) for s in detail.steps]
     span = max([*ends, float(w["elapsed_seconds"] or 0)]) if w["finished_at"] else max(ends)
     table(
@@ -430,6 +447,28 @@ def workflow_detail(detail: WorkflowDetail) -> None:
             for s in detail.steps
         ],
         justify=[_NUM, "left", "left", _NUM, _NUM, _NUM, "left", "left"],
+    )
+
+
+def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
+    """Every execution: when and where it ran and how it ended."""
+    table(
+        "Attempts",
+        ["attempt", "epoch", "worker", "started", "duration", "outcome", "steps done", "error"],
+        [
+            (
+                a["attempt"],
+                a["lease_epoch"],
+                a["worker_id"],
+                a["started_at"],
+                seconds(a["duration_seconds"]),
+                styled(a["outcome"]),
+                a["last_step"],
+                _first_line(a["error"], 60),
+            )
+            for a in attempts
+        ],
+        justify=[_NUM, _NUM, "left", "left", _NUM, "left", _NUM, "left"],
     )
 
 

@@ -29,7 +29,6 @@ class Request:
         "_done",
         "attempt",
         "delay",
-        "detail",
         "epoch",
         "error",
         "expect",
@@ -42,6 +41,7 @@ class Request:
         "result",
         "started",
         "step",
+        "traceback",
         "wake",
         "workflow_id",
     )
@@ -58,8 +58,8 @@ class Request:
         output: str | None = None,  # JSON text: the step's result
         result: str | None = None,  # JSON text: the workflow's return value, for 'complete'
         started: datetime | None = None,
-        error: str | None = None,  # one line, for the workflow row
-        detail: str | None = None,  # with traceback, for the failed step's row
+        error: str | None = None,  # one line ("ValueError: bad sku"), for the workflow and step rows
+        traceback: str | None = None,  # the error's traceback, for the workflow and its attempt
         final: bool = False,
         delay: float | None = None,  # seconds of backoff, for a non-final 'fail'
         wake: datetime | None = None,  # for 'park'
@@ -69,7 +69,8 @@ class Request:
         self.step, self.name, self.output, self.started = step, name, output, started
         self.result = result
         self.expect = expect
-        self.error, self.detail, self.final, self.delay, self.wake = error, detail, final, delay, wake
+        self.error, self.traceback = error, traceback
+        self.final, self.delay, self.wake = final, delay, wake
         self.ok = False
         self.failure: BaseException | None = None  # the database could not be reached for good
         # a one-shot latch: held from creation, released once resolved (cheaper than an Event)
@@ -165,8 +166,9 @@ class Target:
     current_step: int | None = None
     set_output: bool = False
     output: str | None = None  # JSON text: the workflow's return value
-    set_error: bool = False
+    set_error: bool = False  # sets error_message and error_traceback
     error: str | None = None
+    traceback: str | None = None
     attempt_inc: int = 0
     run_at: datetime | None = None  # absolute (a durable sleep's wake time)...
     run_delay: float | None = None  # ...or seconds from the database's now()
@@ -177,12 +179,13 @@ class Target:
     step_output: str | None = None  # JSON text
     step_started: datetime | None = None
     step_error: str | None = None
+    outcome: str | None = None  # the execution ends: how (closes its workflow_attempts row)
 
 
 def _step_row(t: Target, r: Request, *, failed: bool = False) -> None:
     t.step, t.step_name, t.step_started = r.step, r.name, r.started
     if failed:
-        t.step_status, t.step_error = FAILED, r.detail or r.error
+        t.step_status, t.step_error = FAILED, r.error
     else:
         t.step_status, t.step_output = COMPLETED, r.output
 
@@ -197,25 +200,27 @@ def target(group: tuple[Request, ...]) -> Target:
         _step_row(t, first)
         t.status, t.current_step = RUNNING, first.step
     if kind == "park":
-        t.status, t.run_at = PENDING, last.wake
+        t.status, t.run_at, t.outcome = PENDING, last.wake, "parked"
         if last.step is not None:  # a new sleep (a replayed one only leaves again)
             _step_row(t, last)
             t.current_step = last.step
     elif kind == "complete":
         t.status, t.set_output, t.output, t.finish = COMPLETED, True, last.result, True
-        t.set_error, t.error = True, None
+        t.set_error, t.error, t.traceback = True, None, None
+        t.outcome = "completed"
         if first is last:  # its last checkpoint went earlier: it must have committed
             t.expect = last.expect
     elif kind == "fail":
         t.status = FAILED if last.final else PENDING
         t.set_error, t.error = True, _storable_text(last.error)
+        t.traceback, t.outcome = _storable_text(last.traceback), "error"
         t.attempt_inc = 0 if last.final else 1
         t.run_delay = _clamp(last.delay) or 0.0
         t.finish = last.final
         if last.step is not None:
             _step_row(t, last, failed=True)
     elif kind == "release":
-        t.status, t.run_delay = PENDING, 0.0
+        t.status, t.run_delay, t.outcome = PENDING, 0.0, "released"
     return t
 
 
@@ -249,6 +254,8 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
         "outputs": _text_array([t.step_output for t in rows]),
         "started": _array([t.step_started for t in rows]),
         "step_errors": _text_array([_storable_text(t.step_error) for t in rows]),
+        "tracebacks": _text_array([t.traceback for t in rows]),
+        "outcomes": _text_array([t.outcome for t in rows]),
     }
     with conn.cursor(row_factory=class_row(Written)) as cur:
         written = {(row.id, row.epoch) for row in cur.execute(q("worker.flush"), params) if row.stored}

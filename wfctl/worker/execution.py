@@ -25,6 +25,7 @@ from wfctl.context import (
     Released,
     StepFailed,
 )
+from wfctl.errors import PermanentError
 from wfctl.registry import WorkflowType
 from wfctl.worker.checkpoints import Kind, Request
 from wfctl.worker.claims import Claimed
@@ -33,16 +34,23 @@ from wfctl.worker.retry import backoff
 
 Send = Callable[[Request], None]
 
-MAX_ERROR_CHARS = 8000
+MAX_ERROR_CHARS = 2000
+MAX_TRACEBACK_CHARS = 16000
 
 
 def describe_error(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
+    """The one line operators see: the exception's type and message, ``ValueError: bad sku``
+    (a message of several lines keeps its first; the traceback has the rest)."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text[:MAX_ERROR_CHARS]
 
 
-def error_with_traceback(error: BaseException) -> str:
+def format_traceback(error: BaseException) -> str:
+    """The whole traceback, with file and line of every frame, at most MAX_TRACEBACK_CHARS
+    (its end, where the error was raised, is what is kept)."""
     text = "".join(traceback.format_exception(error)).strip()
-    return text[-MAX_ERROR_CHARS:]
+    return text[-MAX_TRACEBACK_CHARS:]
 
 
 class Execution:
@@ -190,7 +198,7 @@ class Execution:
                     f"workflow {c.workflow_type!r} returned a value of type "
                     f"{type(result).__name__} that cannot be stored as JSON ({exc})"
                 )
-                self._fail(message, message, began)
+                self._fail(message, None, began)
                 return
             if self._write("complete", result=output, terminal=True, expect=self._last_step):
                 self.outcome = "completed"
@@ -209,18 +217,30 @@ class Execution:
         except Lost:
             self._lost(began)
         except DeterminismError as exc:
-            self._fail(str(exc), str(exc), began, final=True)
+            self._fail(str(exc), None, began, final=True)
         except StepFailed as exc:
-            summary = f"step {exc.number} ({exc.name!r}) failed: {describe_error(exc.error)}"
-            self._fail(summary, error_with_traceback(exc.error), began, step=exc)
+            error = exc.error
+            self._fail(
+                describe_error(error), format_traceback(error), began, final=self._permanent(error), step=exc
+            )
         except Exception as exc:
-            self._fail(describe_error(exc), error_with_traceback(exc), began)
+            self._fail(describe_error(exc), format_traceback(exc), began, final=self._permanent(exc))
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... from workflow code
-            summary = f"workflow code raised {describe_error(exc)}"
-            self._fail(summary, error_with_traceback(exc), began)
+            self._fail(describe_error(exc), format_traceback(exc), began)
+
+    def _permanent(self, error: BaseException) -> bool:
+        """Not to be retried: a ``wfctl.PermanentError``, or a type the workflow's
+        ``dont_retry`` names."""
+        return isinstance(error, (PermanentError, *self.workflow.dont_retry))
 
     def _fail(
-        self, summary: str, detail: str, began: float, *, final: bool = False, step: StepFailed | None = None
+        self,
+        summary: str,
+        trace: str | None,
+        began: float,
+        *,
+        final: bool = False,
+        step: StepFailed | None = None,
     ) -> None:
         c = self.claimed
         final = final or c.attempt > c.max_retries
@@ -229,7 +249,7 @@ class Execution:
             "error": summary,
             "final": final,
             "delay": delay,
-            "detail": detail if detail != summary else None,
+            "traceback": trace,
         }
         if step is not None:
             values.update(step=step.number, name=step.name, started=step.started_at)
@@ -238,6 +258,8 @@ class Execution:
             self._lost(began)
             return
         fields = {"type": c.workflow_type, "attempt": c.attempt, "duration": _secs(began)}
+        if step is not None:
+            fields["step"] = f"{step.number} {step.name}"
         if final:
             self.outcome = "failed"
             self._log.event("failed", f"{self.id} {summary}", level="error", **fields)

@@ -341,7 +341,7 @@ def test_item11_signal_while_the_log_lock_is_held_does_not_deadlock():
 
     def interrupted_while_logging() -> None:
         with log._lock:  # the main thread is inside a log call when the signal arrives
-            worker._on_signal(signal.SIGTERM, None)
+            worker.stopper._on_signal(signal.SIGTERM, None)
 
     thread = threading.Thread(target=interrupted_while_logging, daemon=True)
     thread.start()

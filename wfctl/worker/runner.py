@@ -8,6 +8,8 @@ heartbeats, listens for wake-ups, and handles signals:
   its next step boundary; after ``grace``, release whatever still runs and exit.
 - second SIGINT: exit at once (the leases expire; ``wfctl recover`` requeues the runs).
 
+(The handlers and the watchdog that bounds shutdown are wfctl/worker/stopping.py.)
+
 When the connection drops, the loop reconnects with backoff and re-sends the writes that were
 in flight; they are idempotent under the same lease epoch.
 
@@ -22,17 +24,15 @@ import contextlib
 import os
 import queue
 import select
-import signal
 import threading
 import time
 from collections import deque
-from types import FrameType
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from wfctl import exits, recovery, schema
+from wfctl import recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
@@ -44,6 +44,7 @@ from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
+from wfctl.worker.stopping import Stopper
 from wfctl.worker.sweep import SweepDuty
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
@@ -56,8 +57,6 @@ class GaveUp(Exception):
 
 
 RECONNECT_MAX_DELAY = 5.0
-STUCK_CANCEL_AFTER = 2.0  # after the grace period, a statement still waiting is cancelled...
-STUCK_EXIT_AFTER = 5.0  # ...and if the database still does not answer, the worker exits
 BURST_RECHECK = 0.05  # --burst: the shortest wait before claiming work found due again
 
 
@@ -87,9 +86,17 @@ class Worker:
         self._abandon_due = 0.0  # re-send refused abandon writes no more than once a beat
         self.backlog: deque[Execution] = deque()  # held, waiting for a free thread
         self.active = 0  # executions on threads
-        self.stopping = threading.Event()
-        self.stop_deadline: float | None = None
-        self.interrupts = 0
+        # SIGTERM/SIGINT and the watchdog that bounds shutdown (wfctl/worker/stopping.py)
+        self.stopper = Stopper(
+            options.grace,
+            log,
+            wake=self._wake,
+            in_statement=lambda: self._in_statement,
+            cancel=self._cancel_statement,
+            held=lambda: len(self.running) + len(self.unsettled),
+            before_exit=self._remove_health_file,
+        )
+        self.stopping = self.stopper.event
         self.exit_status = 0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -135,11 +142,7 @@ class Worker:
         )
         self.health_file = HealthFile(options.health_file) if options.health_file else None
         self._more = True
-        self._announced_stop = False  # the watchdog has logged the signal (never the handler)
-        self._signal_r = -1
-        self._stop_signal = ""
         self._in_statement = False  # the loop waits for the database (for the watchdog)
-        self._exited = threading.Event()
         self._last_refusal: tuple[str, float] = ("", 0.0)
 
     # -- threads -> loop ----------------------------------------------------------------------
@@ -185,87 +188,16 @@ class Worker:
                 if self._sleeping:
                     self._wake()
 
-    # -- signals ------------------------------------------------------------------------------
+    # -- for the watchdog ----------------------------------------------------------------------
 
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        """Only flags and a byte on the wake pipe: a handler that logged could deadlock on the
-        log's lock, which the interrupted main thread may hold. The watchdog thread logs.
+    def _cancel_statement(self) -> None:
+        conn = self.conn
+        if conn is not None:
+            conn.cancel_safe(timeout=1.0)
 
-        Python runs this handler only when the main thread runs Python code again: while it
-        waits on the database, the watchdog (woken by the signal's byte on the wakeup fd)
-        starts the stop instead."""
-        if signum == signal.SIGINT:
-            self.interrupts += 1
-            if self.interrupts >= 2:
-                _exit_now()
-        self._begin_stop(signum)
-        self._wake()
-
-    def _begin_stop(self, signum: int) -> None:
-        if not self.stopping.is_set():
-            self._stop_signal = signal.Signals(signum).name
-            self.stop_deadline = time.monotonic() + self.options.grace
-            self.stopping.set()
-
-    def _install_signals(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        read, write = os.pipe()
-        os.set_blocking(write, False)
-        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        self._signal_r = read
-        threading.Thread(target=self._watchdog, name="wfctl-watchdog", daemon=True).start()
-
-    def _watchdog(self) -> None:
-        """Stopping: whatever the database does, the worker exits within its grace period plus
-        a few seconds. It sees signals as bytes on the wakeup fd, so it acts even while the main
-        thread waits on a database that does not answer. Past the grace period it cancels the
-        statement the loop waits on; if the worker still has not exited, it exits without
-        handing its workflows back (their leases lapse and `wfctl recover` requeues them)."""
-        interrupts = 0
-        cancelled = False
-        while True:
-            timeout = None
-            if self.stop_deadline is not None:
-                after = STUCK_EXIT_AFTER if cancelled else STUCK_CANCEL_AFTER
-                timeout = max(0.0, self.stop_deadline + after - time.monotonic())
-            ready, _, _ = select.select([self._signal_r], [], [], timeout)
-            if self._exited.is_set():
-                return
-            if ready:
-                for signum in os.read(self._signal_r, 64):
-                    if signum == signal.SIGINT:
-                        interrupts += 1
-                        if interrupts >= 2:
-                            _exit_now()
-                    if signum in (signal.SIGINT, signal.SIGTERM) and not self._announced_stop:
-                        self._begin_stop(signum)
-                        self._announced_stop = True
-                        self.log.info(
-                            f"{self._stop_signal}: no new work; letting running steps finish "
-                            f"(grace {self.options.grace:g}s)",
-                            running=len(self.running),
-                        )
-                continue
-            if not cancelled:
-                cancelled = True
-                conn = self.conn
-                if self._in_statement and conn is not None:
-                    self.log.warning(
-                        f"the database has not answered for {STUCK_CANCEL_AFTER:g}s past the grace "
-                        "period: cancelling the statement"
-                    )
-                    with contextlib.suppress(Exception):
-                        conn.cancel_safe(timeout=1.0)
-                continue
-            held = len(self.running) + len(self.unsettled)
-            if self.health_file is not None:
-                self.health_file.remove()
-            self.log.error(
-                f"the database does not answer: exiting without handing back {held} workflow(s); "
-                "their leases lapse and another worker's sweep (or `wfctl recover`) requeues them"
-            )
-            os._exit(exits.CONNECTION)
+    def _remove_health_file(self) -> None:
+        if self.health_file is not None:
+            self.health_file.remove()
 
     # -- database -----------------------------------------------------------------------------
 
@@ -308,7 +240,7 @@ class Worker:
         delay = 0.1
         started = time.monotonic()
         while True:
-            if self.stop_deadline is not None and time.monotonic() > self.stop_deadline:
+            if self.stopper.deadline is not None and time.monotonic() > self.stopper.deadline:
                 raise GaveUp(_one_line(error, self.dsn))
             try:
                 self.conn = self._connect()
@@ -357,7 +289,7 @@ class Worker:
     def run(self) -> int:
         if self.health_server is not None:
             self.health_server.start()  # a port in use fails here, before anything is claimed
-        self._install_signals()
+        self.stopper.install()
         self.conn = self._connect()
         schema.check(self.conn)
         for index in range(self.options.concurrency):
@@ -383,7 +315,7 @@ class Worker:
             try:
                 self._shutdown()
             finally:
-                self._exited.set()
+                self.stopper.exited.set()
         return self.exit_status
 
     def _loop(self) -> None:
@@ -400,7 +332,7 @@ class Worker:
                     self._release_backlog()
                 if not self.running and not self.unsettled:
                     return
-                if self.stop_deadline is not None and now >= self.stop_deadline:
+                if self.stopper.deadline is not None and now >= self.stopper.deadline:
                     self._release_remaining()
                     return
             elif self._should_claim(now):
@@ -669,8 +601,8 @@ class Worker:
     def _wait(self) -> None:
         now = time.monotonic()
         wake_at = self.duties.next_due()
-        if self.stop_deadline is not None:
-            wake_at = min(wake_at, self.stop_deadline)
+        if self.stopper.deadline is not None:
+            wake_at = min(wake_at, self.stopper.deadline)
         timeout = max(0.0, wake_at - now)
         watch = [self._wake_r]
         conn = self.conn
@@ -719,24 +651,11 @@ class Worker:
             self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
         for _ in self._threads:
             self._work.put(None)
-        with contextlib.suppress(ValueError):
-            signal.set_wakeup_fd(-1)
+        self.stopper.uninstall()
         if self.health_server is not None:
             self.health_server.close()
-        if self.health_file is not None:
-            self.health_file.remove()
+        self._remove_health_file()
         self.log.info(f"worker {self.me.id} stopped")
-
-
-def _exit_now() -> None:
-    """A second interrupt: exit at once (the leases lapse; recovery requeues the runs)."""
-    with contextlib.suppress(OSError):
-        os.write(
-            2,
-            b"wfctl worker: second interrupt: exiting now; unfinished workflows will be "
-            b"recovered once their lease goes stale\n",
-        )
-    os._exit(exits.INTERRUPTED)
 
 
 def _release(conn: psycopg.Connection[Any], owner: str, keys: list[Key]) -> list[UUID]:

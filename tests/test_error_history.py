@@ -149,7 +149,7 @@ def test_abandoned_released_and_cancelled_executions(workers, dsn):
         (2, 3, "released", True),  # recovery took epoch 2 to fence the dead worker out
         (2, 4, "cancelled", True),
     ]
-    assert "stopped heartbeating" in history[0][5] and history[2][5] == "customer left"
+    assert history[0][5] == "worker went silent" and history[2][5] == "customer left"
     data = shown(workers, wid)
     assert [a["outcome"] for a in data["attempts"]] == ["abandoned", "released", "cancelled"]
     assert all(a["last_step"] == 1 for a in data["attempts"])

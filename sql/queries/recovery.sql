@@ -53,8 +53,8 @@ closed AS (
     -- the abandoned execution's row in the attempt history (the epoch before the new one)
     UPDATE workflow_attempts wa
     SET ended_at = now(), outcome = 'abandoned', last_step = r.current_step,
-        error = format('worker %%s stopped heartbeating (last beat %%s)',
-                       coalesce(r.previous_owner, '?'), coalesce(r.owner_heartbeat::text, 'never'))
+        error = CASE WHEN r.owner_heartbeat IS NULL THEN 'worker unknown'
+                     ELSE 'worker went silent' END
     FROM requeued r
     WHERE wa.workflow_id = r.id AND wa.lease_epoch = r.lease_epoch - 1 AND wa.ended_at IS NULL
 )

@@ -454,7 +454,7 @@ def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
     """Every execution: when and where it ran and how it ended."""
     table(
         "Attempts",
-        ["attempt", "epoch", "worker", "started", "duration", "outcome", "steps done", "error"],
+        ["attempt", "epoch", "worker", "started", "ran", "outcome", "steps", "error"],
         [
             (
                 a["attempt"],

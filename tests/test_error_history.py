@@ -65,6 +65,14 @@ def test_the_error_is_type_and_message_and_the_traceback_is_kept_apart(workers, 
         (1, "error", True, True),
         (2, "completed", True, True),
     ]
+    # --traceback still finds the failed attempt's traceback once the workflow has completed
+    full = workers.wfctl("show", "--traceback", wid, env={"COLUMNS": "200"})
+    assert full.exit_code == 0 and "Error of attempt 1 (epoch 1)" in full.stdout
+    assert full.stdout.count('testflows.py", line') == trace.count('testflows.py", line') >= 1
+    clean = str(wfctl.submit(dsn, "flaky", {"fail_times": 0}))
+    assert burst_until_terminal(workers, dsn, clean) == "completed"
+    none = workers.wfctl("show", "--traceback", clean)
+    assert none.exit_code == 0 and "no attempt of this workflow raised an error" in none.stderr
 
 
 def test_an_error_raised_by_the_workflow_body_has_its_file_and_line(workers, dsn):

@@ -417,6 +417,16 @@ def workflow_detail(detail: WorkflowDetail, *, traceback: bool = False) -> None:
             out.print(plain(w["error_traceback"], keep="\n\t"))
         elif w["error_traceback"]:
             notice("the error's traceback: wfctl show --traceback " + str(w["id"]))
+    elif traceback:
+        # no current error (a retry completed, say): the latest attempt that failed with one
+        failed = [a for a in detail.attempts if a["traceback"]]
+        if failed:
+            last = failed[-1]
+            title = f"Error of attempt {last['attempt']} (epoch {last['lease_epoch']})"
+            out.print(Text(title, style="bold red"))
+            out.print(plain(last["traceback"], keep="\n\t"))
+        else:
+            notice("no traceback: no attempt of this workflow raised an error")
     if detail.steps:
         _steps_table(detail, w)
     else:

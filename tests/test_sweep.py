@@ -23,7 +23,6 @@ from helpers import rows, wait_for
 
 import wfctl
 from wfctl import recovery
-from wfctl.queries import q
 from wfctl.recovery import Recovered
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
@@ -39,6 +38,9 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+#: What a sweeper holds while it sweeps (the first CTE of recovery.recover, for a sweep).
+SWEEP_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema()))"
 
 
 def recovered(wid: uuid.UUID, status: str = "pending") -> Recovered:
@@ -170,13 +172,76 @@ def test_one_sweeper_at_a_time(dsn, conn):
     add_worker(conn, "late:1:a", silent=10, dead_after=3)
     wid = add_run(conn, "late:1:a")
     with psycopg.connect(dsn) as holder:  # another worker in the middle of its sweep
-        assert holder.execute(q("recovery.sweep_lock")).fetchone() == (True,)
+        assert holder.execute(SWEEP_LOCK).fetchone() == (True,)
         assert recovery.sweep(conn) is None  # skips its turn at once, changes nothing
         assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid) == [("running",)]
         holder.rollback()
     swept = recovery.sweep(conn)
     assert swept is not None and [r.id for r in swept] == [wid]
     assert recovery.sweep(conn) == []
+
+
+class PausingConnection:
+    """A connection that calls ``pause`` after each statement it runs: the moment a sweeper
+    frozen by SIGSTOP (or a partition) between two statements would be in."""
+
+    def __init__(self, conn: psycopg.Connection, pause) -> None:
+        self._conn, self._pause = conn, pause
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+    def execute(self, *args, **kwargs):
+        result = self._conn.execute(*args, **kwargs)
+        self._pause()
+        return result
+
+    def cursor(self, *args, **kwargs):
+        return PausingCursor(self._conn.cursor(*args, **kwargs), self._pause)
+
+
+class PausingCursor:
+    def __init__(self, cur: psycopg.Cursor, pause) -> None:
+        self._cur, self._pause = cur, pause
+
+    def __getattr__(self, name: str):
+        return getattr(self._cur, name)
+
+    def __enter__(self) -> PausingCursor:
+        self._cur.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cur.__exit__(*exc)  # type: ignore[arg-type]
+
+    def execute(self, *args, **kwargs) -> PausingCursor:
+        self._cur.execute(*args, **kwargs)
+        self._pause()
+        return self
+
+
+def test_a_sweeper_paused_between_statements_holds_nothing(dsn):
+    """Whenever a sweeper stops between two of its statements, another worker can take the
+    sweep lock and the rows it requeued at once (a stateful-test counterexample: the sweep was
+    a transaction of several statements, and a worker frozen between them blocked every other
+    sweep, and `recover` on those rows, until it was resumed)."""
+    seen: list[tuple[bool, str | None]] = []
+    with psycopg.connect(dsn, autocommit=True) as sweeper, psycopg.connect(dsn, autocommit=True) as other:
+        add_worker(sweeper, "late:9:a", silent=10, dead_after=3)
+        wid = add_run(sweeper, "late:9:a")
+
+        def meanwhile() -> None:
+            with other.transaction():
+                locked = other.execute(SWEEP_LOCK).fetchone()[0]
+                row = other.execute(
+                    "SELECT status FROM workflows WHERE id = %s FOR UPDATE SKIP LOCKED", (wid,)
+                ).fetchone()
+            seen.append((locked, row[0] if row else None))
+
+        swept = recovery.sweep(PausingConnection(sweeper, meanwhile))  # type: ignore[arg-type]
+        assert swept is not None and [r.id for r in swept] == [wid]
+    assert seen and all(seen_lock for seen_lock, _ in seen), seen
+    assert all(status is not None for _, status in seen), f"the requeued row was held: {seen}"
 
 
 def test_concurrent_sweepers_requeue_each_run_once(dsn, conn):

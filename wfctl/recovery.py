@@ -45,26 +45,32 @@ def recover(
     older than ``stale``, or, with ``stale=None``, older than the owner's own recorded
     ``dead_after`` (what the sweep does). One statement: concurrent calls requeue each workflow
     once. The threshold goes to the database as exact seconds (see wfctl.durations)."""
+    rows = _requeue(conn, stale, dry_run=dry_run, sweep=False)
+    assert rows is not None  # only a sweep can find the sweep lock taken
+    return rows
+
+
+def _requeue(
+    conn: psycopg.Connection[Any], stale: timedelta | None, *, dry_run: bool, sweep: bool
+) -> list[Recovered] | None:
     name = "recovery.stale_runs" if dry_run else "recovery.recover"
     seconds = None if stale is None else as_seconds(stale)
     with conn.cursor(row_factory=class_row(Recovered)) as cur:
-        rows = cur.execute(q(name), {"stale": seconds}).fetchall()
+        rows = cur.execute(q(name), {"stale": seconds, "sweep": sweep}).fetchall()
+    if any(r.id is None for r in rows):  # the sweep lock was taken: another worker sweeps
+        return None
     if rows and not dry_run:
         conn.execute(q("recovery.notify"))
     return rows
 
 
 def sweep(conn: psycopg.Connection[Any]) -> list[Recovered] | None:
-    """The sweep a live worker runs as one of its duties: in one transaction holding the sweep
-    lock (``pg_try_advisory_xact_lock``: one sweeper at a time, nobody waits for it), requeue
-    the runs of every worker silent for longer than its own ``dead_after``, through the same
-    statement, fencing and retry accounting as ``recover``. None when another worker holds the
-    lock (it is sweeping now); the NOTIFY goes out when the transaction commits."""
-    with conn.transaction():
-        row = conn.execute(q("recovery.sweep_lock")).fetchone()
-        if not row or not row[0]:
-            return None
-        return recover(conn, None)
+    """The sweep a live worker runs as one of its duties: requeue the runs of every worker
+    silent for longer than its own ``dead_after``, through the same statement, fencing and
+    retry accounting as ``recover``, which takes the sweep lock first (one sweeper at a time,
+    nobody waits for it) and holds it only for that one statement. None when another worker
+    holds the lock (it is sweeping now)."""
+    return _requeue(conn, None, dry_run=False, sweep=True)
 
 
 def slowest_live_worker(conn: psycopg.Connection[Any]) -> LiveWorker | None:

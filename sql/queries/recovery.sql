@@ -16,11 +16,23 @@
 -- attempt history ends 'abandoned'. Rows another recover holds are skipped (SKIP LOCKED), and
 -- the row re-check after the lock makes a workflow that a concurrent recover already requeued
 -- drop out: each is requeued once.
-WITH stale AS MATERIALIZED (
+-- %(sweep)s: a live worker's sweep. One sweeper at a time: the statement first takes a
+-- transaction-scoped advisory lock without waiting (the key names the schema, so two wfctl
+-- installations in one database sweep independently); a sweeper that does not get it changes
+-- nothing and returns one row of NULLs, "another worker is sweeping now". The lock lives only
+-- as long as this one statement: a sweeper paused (SIGSTOP, a long GC, a partition) between
+-- statements can hold neither the lock nor the requeued rows.
+WITH turn AS MATERIALIZED (
+    SELECT CASE WHEN %(sweep)s::bool
+                THEN pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema()))
+                ELSE true END AS ours
+),
+stale AS MATERIALIZED (
     SELECT w.id, w.lease_owner, k.heartbeat_at
     FROM workflows w
     LEFT JOIN workers k ON k.id = w.lease_owner
-    WHERE w.status = 'running'
+    WHERE (SELECT ours FROM turn)
+      AND w.status = 'running'
       AND (k.id IS NULL OR k.stopped_at IS NOT NULL
            OR (k.heartbeat_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
                AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
@@ -58,7 +70,11 @@ closed AS (
     FROM requeued r
     WHERE wa.workflow_id = r.id AND wa.lease_epoch = r.lease_epoch - 1 AND wa.ended_at IS NULL
 )
-SELECT * FROM requeued;
+SELECT id, workflow_type, status, attempt, lease_epoch, current_step, previous_owner,
+       owner_heartbeat
+FROM requeued
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM turn WHERE NOT ours;
 
 -- name: stale_runs
 -- The same set, for --dry-run: nothing is changed.
@@ -77,13 +93,6 @@ ORDER BY w.updated_at;
 
 -- name: notify
 SELECT pg_notify(wfctl_channel(), '');
-
--- name: sweep_lock
--- One sweeper at a time: the live workers' sweeps take this transaction-scoped lock without
--- waiting, and a worker that does not get it skips its turn (another is sweeping right now).
--- The key names the schema, so wfctl installations in two schemas of one database sweep
--- independently.
-SELECT pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema())) AS locked;
 
 -- name: slowest_live_worker
 -- The guard on `recover --stale X`: of the live workers (heartbeat fresh by their own rule, not

@@ -6,6 +6,14 @@
 -- it may miss, migration 0004). The sweep passes NULL, so it never takes the runs of a worker
 -- whose heartbeat is fresh by that worker's own promise.
 
+-- %(sweep)s is true for a live worker's sweep. One sweeper at a time: the recover statement
+-- then first takes a transaction-scoped advisory lock without waiting (the key names the
+-- schema, so two wfctl installations in one database sweep independently); a sweeper that does
+-- not get it changes nothing and gets one row of NULLs back, "another worker is sweeping now".
+-- The lock lives only as long as that one statement: a sweeper paused (SIGSTOP, a long GC, a
+-- partition) between statements holds neither the lock nor the rows it requeued.
+-- (Keep the comments inside a block short: pg_stat_activity shows a statement's first 1 kB.)
+
 -- name: recover
 -- Requeue every running workflow whose owner's heartbeat and own updated_at are both older
 -- than the threshold (or whose owner stopped or has no worker row), with a fresh epoch so the old
@@ -16,12 +24,7 @@
 -- attempt history ends 'abandoned'. Rows another recover holds are skipped (SKIP LOCKED), and
 -- the row re-check after the lock makes a workflow that a concurrent recover already requeued
 -- drop out: each is requeued once.
--- %(sweep)s: a live worker's sweep. One sweeper at a time: the statement first takes a
--- transaction-scoped advisory lock without waiting (the key names the schema, so two wfctl
--- installations in one database sweep independently); a sweeper that does not get it changes
--- nothing and returns one row of NULLs, "another worker is sweeping now". The lock lives only
--- as long as this one statement: a sweeper paused (SIGSTOP, a long GC, a partition) between
--- statements can hold neither the lock nor the requeued rows.
+-- %(sweep)s: see the top of this file.
 WITH turn AS MATERIALIZED (
     SELECT CASE WHEN %(sweep)s::bool
                 THEN pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema()))

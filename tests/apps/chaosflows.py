@@ -22,32 +22,16 @@ chaos run counts and bounds.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any
 
+from appendlog import append_line
+
 import wfctl
-
-_fd: int | None = None
-_lock = threading.Lock()
-
-
-def _log_fd() -> int | None:
-    global _fd
-    if _fd is None:
-        path = os.environ.get("WFCTL_CHAOS_LOG")
-        if not path:
-            return None
-        with _lock:
-            if _fd is None:
-                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    return _fd
 
 
 def effect(wid: str, number: int, attempt: int, ms: float) -> int:
-    fd = _log_fd()
-    if fd is not None:
-        os.write(fd, f"{wid} {number} {attempt} {os.getpid()}\n".encode())
+    append_line("WFCTL_CHAOS_LOG", f"{wid} {number} {attempt} {os.getpid()}")
     if ms > 0:
         time.sleep(ms / 1000)
     return number

@@ -34,33 +34,19 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 import uuid
 from typing import Any
 
-import wfctl
+from appendlog import append_line
 
-_fd: int | None = None
-_lock = threading.Lock()
+import wfctl
 
 POLICY_MAX_RETRIES = 2  # the type's policy, for a submit that leaves max_retries unset
 
 
 class Abort(BaseException):
     """A BaseException that is neither SystemExit nor KeyboardInterrupt."""
-
-
-def _log_fd() -> int | None:
-    global _fd
-    if _fd is None:
-        path = os.environ.get("WFCTL_SF_LOG")
-        if not path:
-            return None
-        with _lock:
-            if _fd is None:
-                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    return _fd
 
 
 def epoch_of(ctx: wfctl.Context) -> str:
@@ -79,9 +65,7 @@ def gate_open(wid: str, number: int = 0) -> bool:
 
 def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
     nonce = uuid.uuid4().hex[:12]
-    fd = _log_fd()
-    if fd is not None:
-        os.write(fd, f"{wid} {number} {kind} {attempt} {epoch} {nonce}\n".encode())
+    append_line("WFCTL_SF_LOG", f"{wid} {number} {kind} {attempt} {epoch} {nonce}")
     if kind == "raise" and attempt <= arg:
         raise RuntimeError(f"step {number} fails on attempt {attempt}")
     if kind == "exit" and attempt <= arg:

@@ -1,7 +1,9 @@
 """wfctl: durable workflow execution on PostgreSQL.
 
 The public API: ``@wfctl.workflow`` registers a workflow type, ``wfctl.Context`` is what a
-workflow function receives, ``wfctl.submit`` enqueues one from an application. Every error the
+workflow function receives, ``wfctl.submit`` enqueues one from an application, ``wfctl.send``
+signals a running one, ``wfctl.get_event`` reads what it published and ``wfctl.result`` waits
+for its output. Every error the
 library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
@@ -9,8 +11,10 @@ __version__ = "0.1.0"
 
 from wfctl.client import submit
 from wfctl.context import Context
+from wfctl.coordination import get_event, result, send
 from wfctl.errors import (
     AppError,
+    ChildFailed,
     ConfigError,
     ConnectionFailed,
     Fenced,
@@ -21,12 +25,16 @@ from wfctl.errors import (
     PermissionDenied,
     SchemaError,
     ServerError,
+    WaitTimeout,
     WfctlError,
+    WorkflowCancelled,
+    WorkflowFailed,
 )
 from wfctl.registry import workflow
 
 __all__ = [
     "AppError",
+    "ChildFailed",
     "ConfigError",
     "ConnectionFailed",
     "Context",
@@ -38,8 +46,14 @@ __all__ = [
     "PermissionDenied",
     "SchemaError",
     "ServerError",
+    "WaitTimeout",
     "WfctlError",
+    "WorkflowCancelled",
+    "WorkflowFailed",
     "__version__",
+    "get_event",
+    "result",
+    "send",
     "submit",
     "workflow",
 ]

@@ -13,6 +13,7 @@ from uuid import UUID
 import psycopg
 
 from wfctl.connection import connect, translate
+from wfctl.context import timeout_message, timeout_seconds
 from wfctl.durations import as_seconds, parse_duration
 from wfctl.errors import InvalidInput, InvalidState
 from wfctl.queries import q
@@ -40,6 +41,14 @@ def _delay(delay: str | float | timedelta | None) -> float | None:
     if result < timedelta(0):
         raise InvalidInput("a delay cannot be negative")
     return as_seconds(result)
+
+
+def _timeout(timeout: str | float | timedelta | None) -> dict[str, Any]:
+    """The deadline parameters of a submit: seconds from now and the error it fails with."""
+    seconds = timeout_seconds(timeout, "timeout")
+    if seconds is not None and seconds <= 0:
+        raise InvalidInput("a timeout must be positive")
+    return {"timeout": seconds, "timeout_error": timeout_message(timeout, seconds)}
 
 
 @contextmanager
@@ -70,10 +79,12 @@ def submit(
     delay: str | float | timedelta | None = None,
     priority: int = 0,
     max_retries: int | None = None,
+    timeout: str | float | timedelta | None = None,
 ) -> UUID:
     """Enqueue one workflow and return its id. With ``key``, submitting again returns the same id
     and stores nothing new. Runs in the connection's current transaction when there is one, so
-    an application can enqueue atomically with its own writes."""
+    an application can enqueue atomically with its own writes. ``timeout`` ("1h") is the run's
+    deadline from now: past it the run fails, wherever it is."""
     return submit_one(
         conn_or_dsn,
         workflow_type,
@@ -82,6 +93,7 @@ def submit(
         delay=delay,
         priority=priority,
         max_retries=max_retries,
+        timeout=timeout,
     ).id
 
 
@@ -94,6 +106,7 @@ def submit_one(
     delay: str | float | timedelta | None = None,
     priority: int = 0,
     max_retries: int | None = None,
+    timeout: str | float | timedelta | None = None,
 ) -> Submitted:
     """Enqueue one workflow whose input is JSON text already checked by ``parse_input`` or
     ``encode_input`` (the size limit applies to what the user gave, not to this text)."""
@@ -108,6 +121,7 @@ def submit_one(
         "delay": _delay(delay),
         "priority": priority,
         "max_retries": max_retries,
+        **_timeout(timeout),
     }
     with _connection(conn_or_dsn) as conn, _library_errors():
         for _ in range(SUBMIT_TRIES):
@@ -135,6 +149,7 @@ def submit_many(
     delay: str | float | timedelta | None = None,
     priority: int = 0,
     max_retries: int | None = None,
+    timeout: str | float | timedelta | None = None,
 ) -> list[UUID]:
     """Enqueue a batch of one type in a single statement (the caller owns the transaction)."""
     check_type(workflow_type)
@@ -149,6 +164,7 @@ def submit_many(
                 "delay": _delay(delay),
                 "priority": priority,
                 "max_retries": max_retries,
+                **_timeout(timeout),
             },
         ).fetchall()
     return [r[0] for r in rows]

@@ -1,4 +1,5 @@
-"""The workflow-facing API: ``Context.step`` and ``Context.sleep`` over a small journal.
+"""The workflow-facing API: ``Context.step``, ``Context.sleep`` and the coordination steps
+(messages, events, child workflows, patches) over a small journal.
 
 The context knows nothing of Postgres or of the worker: it asks a ``Journal`` what step N
 recorded before, and tells it to record a new result (durable before the next step starts).
@@ -18,12 +19,15 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from wfctl import jsonvalue
-from wfctl.durations import parse_duration
+from wfctl.durations import as_seconds, parse_duration
+from wfctl.errors import ChildFailed, InvalidInput, WaitTimeout
 
 T = TypeVar("T")
 
 SLEEP_STEP = "sleep"
 MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
+MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
+PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,11 @@ class Journal(Protocol):
     def now(self) -> datetime:
         """The current time, by the database's clock where there is one."""
 
+    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
+        """Run coordination step ``number`` (``op``: recv, join, start_child, set_event) and
+        return the output it checkpointed (decoded JSON); raise Parked when the workflow must
+        wait (a message, children). The output and the step's effect commit together."""
+
 
 class ControlFlow(BaseException):
     """Base of the exceptions that stop a workflow function from the outside."""
@@ -70,11 +79,13 @@ class Released(ControlFlow):
 
 
 class Parked(ControlFlow):
-    """The workflow sleeps until ``wake_at``; its worker slot is free meanwhile."""
+    """The workflow waits (until ``wake_at``, or ``None``: until woken); its worker slot is free
+    meanwhile. ``waiting_for`` says for what: a sleep, a message, children."""
 
-    def __init__(self, wake_at: datetime) -> None:
+    def __init__(self, wake_at: datetime | None, waiting_for: str = "sleep") -> None:
         super().__init__(wake_at)
         self.wake_at = wake_at
+        self.waiting_for = waiting_for
 
 
 class StepFailed(ControlFlow):
@@ -165,16 +176,170 @@ class Context:
         self._journal.park(number, SLEEP_STEP, json.dumps({"wake_at": wake_at.isoformat()}), wake_at)
         raise Parked(wake_at)
 
-    def _claim_number(self, name: str) -> int:
-        self._next += 1
-        number = self._next
+    # -- coordination ---------------------------------------------------------------------------
+
+    def recv(self, topic: str, timeout: str | float | timedelta | None = None) -> Any:
+        """Wait for the oldest unconsumed message on ``topic`` and return its payload, or
+        ``None`` once ``timeout`` has passed (no timeout: wait as long as it takes). The
+        workflow is parked meanwhile; taking the message is checkpointed, so it is consumed
+        exactly once and a replay returns the same payload."""
+        _check_label(topic, "a message topic")
+        seconds = timeout_seconds(timeout, "recv timeout")
+        output = self._coordinate("recv", f"recv:{topic}", {"topic": topic, "timeout": seconds})
+        return output.get("payload")
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` under ``key`` for ``wfctl.get_event`` / ``wfctl event`` (the latest
+        value wins); checkpointed like a step."""
+        _check_label(key, "an event key")
+        try:
+            encoded = jsonvalue.dumps(value)
+        except jsonvalue.UnstorableJSON as exc:
+            raise InvalidInput(f"event {key!r}: the value cannot be stored as JSON ({exc})") from exc
+        self._coordinate("set_event", f"set_event:{key}", {"key": key, "value": encoded})
+
+    def start_child(
+        self,
+        workflow_type: str,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        priority: int | None = None,
+        timeout: str | float | timedelta | None = None,
+    ) -> str:
+        """Start a child workflow and return its id. Checkpointed: a replay returns the same id
+        and never starts a second child. Its deadline is at most this workflow's."""
+        from wfctl.validate import check_int, check_key, check_type, encode_input
+
+        check_type(workflow_type)
+        check_key(key)
+        check_int(priority, "priority")
+        seconds = timeout_seconds(timeout, "child timeout")
+        params = {
+            "type": workflow_type,
+            "input": encode_input(input),
+            "key": key,
+            "priority": priority,
+            "timeout": seconds,
+            "timeout_error": timeout_message(timeout, seconds),
+        }
+        return str(self._coordinate("start_child", f"start_child:{workflow_type}", params))
+
+    def wait(
+        self, ids: str | UUID | list[str] | list[UUID], timeout: str | float | timedelta | None = None
+    ) -> Any:
+        """Wait until the child workflow(s) finished: the output for one id, the outputs in
+        order for a list. A child that failed or was cancelled raises ``wfctl.ChildFailed``
+        here; ``timeout`` passing raises ``wfctl.WaitTimeout``."""
+        single = isinstance(ids, str | UUID)
+        wanted = [ids] if single else list(ids)  # type: ignore[list-item]
+        try:
+            id_list = [str(UUID(str(i))) for i in wanted]
+        except ValueError:
+            raise InvalidInput(f"ctx.wait takes workflow ids, not {ids!r}") from None
+        seconds = timeout_seconds(timeout, "wait timeout")
+        output = self._coordinate("join", "wait", {"ids": id_list, "timeout": seconds})
+        if output.get("timed_out"):
+            raise WaitTimeout(
+                f"{output.get('unfinished')} of {len(id_list)} child workflow(s) had not finished "
+                "when the wait timed out"
+            )
+        children = output["children"]
+        for child in children:
+            if child["status"] != "completed":
+                raise ChildFailed(child["id"], child["status"], child.get("error"))
+        outputs = [child["output"] for child in children]
+        return outputs[0] if single else outputs
+
+    def run_child(
+        self,
+        workflow_type: str,
+        input: Any = None,
+        *,
+        key: str | None = None,
+        priority: int | None = None,
+        timeout: str | float | timedelta | None = None,
+    ) -> Any:
+        """``start_child`` then ``wait``: the child's output."""
+        return self.wait(self.start_child(workflow_type, input, key=key, priority=priority, timeout=timeout))
+
+    def patched(self, name: str) -> bool:
+        """True where this run reaches this point on the current code; False when it replays
+        a run that passed this point on code without the patch. Deploy the changed steps as
+        ``if ctx.patched("name"): new steps`` ``else: old steps``."""
+        _check_label(name, "a patch name")
+        marker = PATCH_PREFIX + name
+        number = self._next + 1
         stored = self._journal.recorded(number)
+        if stored is not None:
+            if stored.name == marker:
+                self._next = number
+                return True
+            return False  # old code ran another step here: keep to the old path
+        self._next = number
+        self._journal.boundary()
+        self._journal.record(number, marker, "true", self._journal.now())
+        return True
+
+    def _coordinate(self, op: str, name: str, params: dict[str, Any]) -> Any:
+        number = self._claim_number(name)
+        stored = self._journal.recorded(number)
+        if stored is not None:
+            return stored.output
+        self._journal.boundary()
+        return self._journal.coordinate(op, number, name, params)
+
+    def _claim_number(self, name: str) -> int:
+        while True:
+            self._next += 1
+            number = self._next
+            stored = self._journal.recorded(number)
+            # a patch marker whose ctx.patched() call the code no longer makes: pass over it
+            if stored is None or stored.name == name or not stored.name.startswith(PATCH_PREFIX):
+                break
         if stored is not None and stored.name != name:
             raise DeterminismError(
                 f"workflow code changed under a running workflow: step {number} was "
                 f"{stored.name!r} when it was checkpointed, the code now calls {name!r}"
             )
         return number
+
+
+def _check_label(value: object, what: str) -> None:
+    if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
+        raise InvalidInput(f"{what} must be a string of 1 to {MAX_TOPIC} characters, not {value!r:.60}")
+
+
+def timeout_seconds(value: str | float | timedelta | None, what: str) -> float | None:
+    """A timeout as seconds (None: none); negative or malformed ones are refused."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        delta = parse_duration(value, what=what)
+    elif isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        delta = timedelta(seconds=float(value))
+    else:
+        raise InvalidInput(f"{what} must be a duration such as '30s', not {value!r}")
+    if delta < timedelta(0):
+        raise InvalidInput(f"{what} cannot be negative")
+    return as_seconds(delta)
+
+
+def timeout_message(given: str | float | timedelta | None, seconds: float | None) -> str | None:
+    """The error a run fails with at its deadline: ``timed out after 1h``."""
+    if seconds is None:
+        return None
+    text = given if isinstance(given, str) else _compact(seconds)
+    return f"timed out after {text.strip()}"
+
+
+def _compact(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def _step_name_problem(name: str) -> str | None:
@@ -196,6 +361,11 @@ class MemoryJournal:
         self.steps: dict[int, RecordedStep] = dict(steps or {})
         self.parked_until: datetime | None = None
         self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.messages: dict[str, list[Any]] = {}  # topic -> payloads not yet received
+        self.events: dict[str, Any] = {}
+        # child id -> {"type", "input", "status", "output", "error"}; set "status" (and
+        # "output" or "error") to finish a child, then run the workflow again
+        self.children: dict[str, dict[str, Any]] = {}
 
     def recorded(self, number: int) -> RecordedStep | None:
         return self.steps.get(number)
@@ -215,3 +385,45 @@ class MemoryJournal:
 
     def now(self) -> datetime:
         return self.clock()
+
+    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
+        output: Any
+        if op == "recv":
+            waiting = self.messages.get(params["topic"])
+            if waiting:
+                output = {"payload": waiting.pop(0)}
+            elif params["timeout"] == 0:
+                output = {"payload": None, "timed_out": True}
+            else:
+                raise Parked(None, f"a message on {params['topic']!r}")
+        elif op == "set_event":
+            self.events[params["key"]] = json.loads(params["value"])
+            output = {"key": params["key"], "value": self.events[params["key"]]}
+        elif op == "start_child":
+            child = str(UUID(int=len(self.children) + 1))
+            self.children[child] = {
+                "type": params["type"],
+                "input": None if params["input"] is None else json.loads(params["input"]),
+                "status": "pending",
+            }
+            output = child
+        elif op == "join":
+            found = [self.children.get(i, {"status": "missing"}) for i in params["ids"]]
+            unfinished = sum(
+                1 for c in found if c["status"] not in ("completed", "failed", "cancelled", "missing")
+            )
+            if unfinished and params["timeout"] == 0:
+                output = {"timed_out": True, "unfinished": unfinished}
+            elif unfinished:
+                raise Parked(None, f"{unfinished} child workflow(s)")
+            else:
+                output = {
+                    "children": [
+                        {"id": i, "status": c["status"], "output": c.get("output"), "error": c.get("error")}
+                        for i, c in zip(params["ids"], found, strict=True)
+                    ]
+                }
+        else:
+            raise ValueError(f"unknown coordination step {op!r}")
+        self.steps[number] = RecordedStep(number, name, output)
+        return output

@@ -36,20 +36,31 @@ def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> Found:
 
 
 @dataclass(frozen=True)
+class CancelledRow:
+    id: UUID
+    previous_status: str
+    worker: str | None
+    depth: int  # 0: the workflow asked for; 1: a child of it; ...
+
+
+@dataclass(frozen=True)
 class Cancelled:
     id: UUID
     previous_status: str
     worker: str | None
+    descendants: tuple[CancelledRow, ...] = ()  # unfinished descendants cancelled with it
 
 
 def cancel(conn: psycopg.Connection[Any], wid: UUID, reason: str | None = None) -> Cancelled:
-    with conn.cursor(row_factory=class_row(Cancelled)) as cur:
-        row = cur.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchone()
-    if row is None:
+    """Cancel the workflow and its unfinished descendants, in one statement."""
+    with conn.cursor(row_factory=class_row(CancelledRow)) as cur:
+        rows = cur.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchall()
+    if not rows or rows[0].depth != 0:
         raise InvalidState(
             f"workflow {wid} is already {_lookup(conn, wid).status}: there is nothing to cancel"
         )
-    return row
+    root = rows[0]
+    return Cancelled(root.id, root.previous_status, root.worker, tuple(rows[1:]))
 
 
 @dataclass(frozen=True)

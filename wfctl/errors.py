@@ -69,3 +69,38 @@ class PermanentError(Exception):
     """Raise it from a step or a workflow function to fail the run at once: no retry, whatever
     ``max_retries`` says. The message is kept as the run's error. (Not a ``WfctlError``: it is
     the workflow's own verdict, not a problem wfctl reports.)"""
+
+
+class WorkflowFailed(WfctlError):
+    """``wfctl.result``: the workflow ended ``failed`` (``error`` is its one-line error)."""
+
+    def __init__(self, workflow_id: object, error: str | None) -> None:
+        super().__init__(f"workflow {workflow_id} failed: {error or 'no error recorded'}")
+        self.workflow_id = workflow_id
+        self.error = error
+
+
+class WorkflowCancelled(WfctlError):
+    """``wfctl.result``: the workflow was cancelled."""
+
+    def __init__(self, workflow_id: object, reason: str | None) -> None:
+        super().__init__(f"workflow {workflow_id} was cancelled: {reason or 'cancelled'}")
+        self.workflow_id = workflow_id
+        self.reason = reason
+
+
+class WaitTimeout(WfctlError, TimeoutError):
+    """A wait gave up at its timeout: ``wfctl.result``, ``wfctl.get_event`` with a timeout and a
+    ``default`` of ``...``, or ``ctx.wait`` inside a workflow. Also a ``TimeoutError``."""
+
+
+class ChildFailed(PermanentError):
+    """``ctx.wait``: a child workflow ended ``failed`` or ``cancelled`` (or was deleted). The
+    workflow may catch it; uncaught, it fails the parent at once (a replay would raise it again,
+    so retrying cannot help)."""
+
+    def __init__(self, workflow_id: str, status: str, error: str | None) -> None:
+        super().__init__(f"child workflow {workflow_id} {status}: {error or 'no error recorded'}")
+        self.workflow_id = workflow_id
+        self.status = status
+        self.error = error

@@ -17,7 +17,10 @@ from wfctl.errors import (
     PermissionDenied,
     SchemaError,
     ServerError,
+    WaitTimeout,
     WfctlError,
+    WorkflowCancelled,
+    WorkflowFailed,
 )
 
 OK = 0
@@ -31,6 +34,9 @@ INVALID_STATE = 7
 PERMISSION = 8
 APP = 9
 SERVER = 10
+WORKFLOW_FAILED = 11
+WORKFLOW_CANCELLED = 12
+TIMED_OUT = 13
 INTERRUPTED = 130
 
 #: exception class -> exit code; a subclass takes its nearest listed ancestor's code
@@ -45,6 +51,9 @@ _BY_CLASS: dict[type[WfctlError], int] = {
     PermissionDenied: PERMISSION,
     AppError: APP,
     ServerError: SERVER,
+    WorkflowFailed: WORKFLOW_FAILED,
+    WorkflowCancelled: WORKFLOW_CANCELLED,
+    WaitTimeout: TIMED_OUT,
 }
 
 
@@ -70,5 +79,8 @@ EXIT_CODES: dict[int, str] = {
     PERMISSION: "the database role lacks a needed privilege",
     APP: "the --app module does not import or registers no workflow",
     SERVER: "the embedded PostgreSQL could not be started or stopped",
+    WORKFLOW_FAILED: "`wfctl wait`: the workflow failed",
+    WORKFLOW_CANCELLED: "`wfctl wait`: the workflow was cancelled",
+    TIMED_OUT: "`wfctl wait` / `wfctl event --wait`: the timeout passed first",
     INTERRUPTED: "interrupted (SIGINT twice)",
 }

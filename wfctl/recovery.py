@@ -1,6 +1,7 @@
 """Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (from cron), the sweep live
 workers run (each worker judged by its own recorded heartbeat), and the guard that keeps
-``recover`` from judging a live worker by a threshold shorter than its own."""
+``recover`` from judging a live worker by a threshold shorter than its own. Also failing the
+runs whose deadline passed (``expire``), which both do too."""
 
 from __future__ import annotations
 
@@ -27,6 +28,31 @@ class Recovered:
     current_step: int
     previous_owner: str | None
     owner_heartbeat: datetime | None
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A run failed because its deadline passed (recovery.expire)."""
+
+    id: UUID
+    workflow_type: str
+    error_message: str
+
+
+EXPIRE_BATCH = 1000
+
+
+def expire(conn: psycopg.Connection[Any]) -> list[Expired]:
+    """Fail every pending run past its deadline (queued, parked, backing off, or requeued from
+    a dead worker): a worker duty and part of ``wfctl recover``. Running ones fail at their next
+    step boundary on their worker."""
+    found: list[Expired] = []
+    with conn.cursor(row_factory=class_row(Expired)) as cur:
+        while True:
+            batch = cur.execute(q("recovery.expire"), {"limit": EXPIRE_BATCH}).fetchall()
+            found.extend(batch)
+            if len(batch) < EXPIRE_BATCH:
+                return found
 
 
 @dataclass(frozen=True)

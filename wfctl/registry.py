@@ -28,6 +28,8 @@ class WorkflowType:
     retry_base: timedelta = DEFAULT_RETRY_BASE
     retry_cap: timedelta = DEFAULT_RETRY_CAP
     dont_retry: tuple[type[BaseException], ...] = ()  # errors that fail the run at once
+    timeout: float | None = None  # seconds from the submit to the run's deadline
+    timeout_error: str | None = None  # what a run fails with at that deadline
 
 
 @dataclass
@@ -87,6 +89,7 @@ def workflow(
     retry_base: str | float | timedelta = DEFAULT_RETRY_BASE,
     retry_cap: str | float | timedelta = DEFAULT_RETRY_CAP,
     dont_retry: type[BaseException] | tuple[type[BaseException], ...] = (),
+    timeout: str | float | timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx, data)`` as the workflow type ``name``.
@@ -95,6 +98,8 @@ def workflow(
     ``retry_base * 2**(attempt-1)`` (capped at ``retry_cap``) with jitter.
     An error that is an instance of a class in ``dont_retry`` (or a ``wfctl.PermanentError``)
     fails the run at once, without retries.
+    ``timeout`` ("1h") gives each run a deadline counted from its submit (unless the submit set
+    its own): past it the run fails with "timed out after 1h", wherever it is.
     """
     if not name or len(name) > MAX_TYPE_LENGTH:
         raise InvalidInput(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
@@ -104,6 +109,12 @@ def workflow(
     base = _as_delta(retry_base, "retry_base")
     cap = _as_delta(retry_cap, "retry_cap")
     permanent = _error_classes(dont_retry)
+    from wfctl.context import timeout_message, timeout_seconds
+
+    seconds = timeout_seconds(timeout, "timeout")
+    if seconds is not None and seconds <= 0:
+        raise InvalidInput("timeout must be positive")
+    message = timeout_message(timeout, seconds)
 
     def decorate(fn: F) -> F:
         (registry or default_registry).add(
@@ -114,6 +125,8 @@ def workflow(
                 retry_base=base,
                 retry_cap=cap,
                 dont_retry=permanent,
+                timeout=seconds,
+                timeout_error=message,
             )
         )
         fn.__wfctl_type__ = name  # type: ignore[attr-defined]

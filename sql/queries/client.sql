@@ -5,10 +5,13 @@
 -- submit_existing finds the workflow). The insert itself says whether this call created the
 -- workflow, so of several submits of one key at the same moment exactly one reports "created":
 -- the others wait for its commit and then do nothing. The same insert as wfctl_submit().
-INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries)
+-- A timeout sets the deadline from now (the type's own timeout is filled in at the first
+-- claim when this leaves it NULL).
+INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries,
+                       deadline_at, deadline_error)
 VALUES (%(workflow_type)s, %(input)s::jsonb, %(key)s,
         now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'), coalesce(%(priority)s, 0),
-        %(max_retries)s)
+        %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8), %(timeout_error)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -18,9 +21,11 @@ SELECT id FROM workflows WHERE idempotency_key = %(key)s;
 
 -- name: submit_many
 -- A batch of workflows of one type from an array of inputs: one statement, ids in input order.
-INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries)
+INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries, deadline_at,
+                       deadline_error)
 SELECT %(workflow_type)s, t.input, now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'),
-       %(priority)s, %(max_retries)s
+       %(priority)s, %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8),
+       %(timeout_error)s
 FROM unnest(%(inputs)s::jsonb[]) WITH ORDINALITY AS t(input, ord)
 ORDER BY t.ord
 RETURNING id;

@@ -4,30 +4,44 @@
 SELECT id, status, lease_owner, current_step FROM workflows WHERE id = %(id)s;
 
 -- name: cancel
--- Pending: cancelled at once. Running: cancelled, and the epoch raised, so every further write
--- of its worker is fenced out; the worker notices and stops it at its next step boundary.
--- A running execution's row in the attempt history ends 'cancelled'.
-WITH old AS (
-    SELECT id, status, lease_owner, lease_epoch FROM workflows WHERE id = %(id)s FOR UPDATE
+-- The workflow and its unfinished descendants (child workflows, their children, ...). Pending:
+-- cancelled at once. Running: cancelled, and the epoch raised, so every further write of its
+-- worker is fenced out; the worker notices and stops it at its next step boundary. A running
+-- execution's row in the attempt history ends 'cancelled'. The first row is the workflow
+-- asked for (none: it had finished), then one per descendant cancelled.
+WITH RECURSIVE tree AS (
+    SELECT %(id)s::uuid AS id, 0 AS depth
+    UNION
+    SELECT c.id, t.depth + 1 FROM workflows c JOIN tree t ON c.parent_id = t.id
+    WHERE t.depth < 100
+),
+old AS MATERIALIZED (
+    SELECT w.id, w.status, w.lease_owner, w.lease_epoch, tree.depth
+    FROM workflows w JOIN tree ON tree.id = w.id
+    WHERE w.status IN ('pending', 'running')
+    ORDER BY w.id
+    FOR UPDATE OF w
 ),
 cancelled AS (
     UPDATE workflows w
     SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = now(),
-        updated_at = now(), error_message = coalesce(%(reason)s, 'cancelled by an operator'),
-        error_traceback = NULL
+        updated_at = now(), error_traceback = NULL,
+        error_message = CASE WHEN old.depth = 0 THEN coalesce(%(reason)s, 'cancelled by an operator')
+                             ELSE format('cancelled with its ancestor %%s', %(id)s::uuid) END
     FROM old
-    WHERE w.id = old.id AND old.status IN ('pending', 'running')
+    WHERE w.id = old.id
     RETURNING w.id, w.current_step, w.error_message
 ),
 closed AS (
     UPDATE workflow_attempts wa
     SET ended_at = now(), outcome = 'cancelled', last_step = c.current_step, error = c.error_message
-    FROM cancelled c, old
+    FROM cancelled c JOIN old ON old.id = c.id
     WHERE old.status = 'running' AND wa.workflow_id = c.id AND wa.lease_epoch = old.lease_epoch
       AND wa.ended_at IS NULL
 )
-SELECT c.id, old.status AS previous_status, old.lease_owner AS worker
-FROM cancelled c, old;
+SELECT c.id, old.status AS previous_status, old.lease_owner AS worker, old.depth
+FROM cancelled c JOIN old ON old.id = c.id
+ORDER BY old.depth, c.id;
 
 -- name: retry_delete_steps
 -- `wfctl retry --from-step N`: forget the checkpoints from step N on.
@@ -35,11 +49,13 @@ DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_
 
 -- name: retry
 -- A failed or cancelled workflow back to pending, its attempt counter reset, keeping the
--- checkpoints that are left (all of them unless --from-step deleted some).
+-- checkpoints that are left (all of them unless --from-step deleted some). A retried run has
+-- no deadline (it may have failed by timing out), and a wait in progress starts afresh.
 UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
     updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
-    output_data = NULL,
+    output_data = NULL, deadline_at = NULL, deadline_error = NULL, wait_kind = NULL,
+    wait_step = NULL, wait_deadline = NULL,
     current_step = coalesce((SELECT max(s.step_number) FROM workflow_steps s
                              WHERE s.workflow_id = w.id AND s.status = 'completed'), 0)
 WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')

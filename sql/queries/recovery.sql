@@ -107,3 +107,23 @@ WHERE k.stopped_at IS NULL
   AND k.heartbeat_at >= now() - make_interval(secs => k.dead_after_seconds)
 ORDER BY k.dead_after_seconds DESC, k.id
 LIMIT 1;
+
+-- name: expire
+-- Deadlines (migration 0006): fail every pending run (queued, parked, backing off, requeued
+-- from a dead worker) whose deadline passed. A running one fails at its next step boundary on
+-- its worker. Rows someone holds are skipped, to be failed on the next pass.
+WITH due AS MATERIALIZED (
+    SELECT id
+    FROM workflows
+    WHERE status = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= now()
+    ORDER BY deadline_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE workflows w
+SET status = 'failed', finished_at = now(), updated_at = now(),
+    error_message = coalesce(w.deadline_error, 'timed out'), error_traceback = NULL,
+    wait_kind = NULL, lease_epoch = w.lease_epoch + 1
+FROM due
+WHERE w.id = due.id AND w.status = 'pending'
+RETURNING w.id, w.workflow_type, w.error_message;

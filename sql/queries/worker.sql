@@ -23,8 +23,9 @@ SELECT pg_notify(wfctl_channel(), '');
 -- UPDATE finds the picked rows by primary key (= ANY of an array), a plan that stays right
 -- under a cached generic plan and stale statistics. The same statement takes the lease
 -- (owner, epoch + 1), fills in the type's retry policy when the submitter left max_retries
--- NULL, opens the execution's row in workflow_attempts, and returns the journal of completed
--- steps for a run that resumes.
+-- NULL (and its timeout, at the first claim), clears what a parked run waited for, opens
+-- the execution's row in workflow_attempts, and returns the journal of completed steps for a
+-- run that resumes.
 WITH picked AS MATERIALIZED (
     SELECT w.id
     FROM workflows w
@@ -40,16 +41,22 @@ claimed AS (
     SET status = 'running',
         lease_owner = %(owner)s,
         lease_epoch = w.lease_epoch + 1,
-        max_retries = coalesce(w.max_retries, (
-            SELECT p.max_retries
-            FROM unnest(%(types)s::text[], %(retries)s::int[]) AS p(workflow_type, max_retries)
-            WHERE p.workflow_type = w.workflow_type
-        )),
+        max_retries = coalesce(w.max_retries, p.max_retries),
+        -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit
+        deadline_at = CASE WHEN w.deadline_at IS NULL AND w.started_at IS NULL AND p.timeout IS NOT NULL
+                           THEN w.created_at + make_interval(secs => p.timeout)
+                           ELSE w.deadline_at END,
+        deadline_error = CASE WHEN w.deadline_at IS NULL AND w.started_at IS NULL AND p.timeout IS NOT NULL
+                              THEN p.timeout_error ELSE w.deadline_error END,
+        wait_kind = NULL,
         started_at = coalesce(w.started_at, now()),
         updated_at = now()
+    FROM unnest(%(types)s::text[], %(retries)s::int[], %(timeouts)s::float8[],
+                %(timeout_errors)s::text[]) AS p(workflow_type, max_retries, timeout, timeout_error)
     WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
+      AND p.workflow_type = w.workflow_type
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
-              w.current_step,
+              w.current_step, w.deadline_at, w.deadline_error,
               CASE WHEN w.current_step > 0 THEN (
                   SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
                                   ORDER BY s.step_number)
@@ -104,6 +111,7 @@ w AS (
         run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
                       ELSE coalesce(r.run_at, wf.run_at) END,
         finished_at = CASE WHEN r.finish THEN now() ELSE wf.finished_at END,
+        wait_kind = CASE WHEN r.outcome = 'parked' THEN 'sleep' ELSE wf.wait_kind END,
         updated_at = now()
     FROM r
     WHERE wf.id = r.id
@@ -224,3 +232,26 @@ FROM (
 -- plan) instead of re-planning each execution. Session-level, so not sent through a
 -- transaction pooler (--no-listen), where statements are not prepared anyway.
 SET plan_cache_mode = force_generic_plan;
+
+-- name: recv
+-- ctx.recv (wfctl/worker/calls.py): one function call, migration 0006.
+SELECT state, output
+FROM wfctl_recv_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(topic)s,
+                     %(timeout)s::float8, %(started)s);
+
+-- name: join
+-- ctx.wait: finished children's outcomes, or park until the last one finishes.
+SELECT state, output
+FROM wfctl_join_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(ids)s::uuid[],
+                     %(timeout)s::float8, %(started)s);
+
+-- name: start_child
+SELECT state, output
+FROM wfctl_start_child_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(type)s,
+                            %(input)s::jsonb, %(key)s, %(priority)s::int, %(timeout)s::float8,
+                            %(timeout_error)s, %(started)s);
+
+-- name: set_event
+SELECT state, output
+FROM wfctl_set_event_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(key)s,
+                          %(value)s::jsonb, %(started)s);

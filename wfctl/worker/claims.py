@@ -26,8 +26,19 @@ class ClaimRow:
     attempt: int
     max_retries: int
     current_step: int | None
+    deadline_at: datetime | None
+    deadline_error: str | None
     journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
     db_now: datetime
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the claim fills in from the workflow type when the submitter left it unset."""
+
+    max_retries: int
+    timeout: float | None = None  # seconds from the submit (the type's deadline)
+    timeout_error: str | None = None  # "timed out after 1h"
 
 
 @dataclass(frozen=True)
@@ -45,24 +56,31 @@ class Claimed:
     db_now: datetime  # the database's clock at the claim
     claimed_at: float  # time.monotonic() when the claim's reply arrived: with db_now, a clock
     # that follows the database's and that no step of the worker's wall clock can move
+    deadline_at: datetime | None = None  # past it, the run fails at its next step boundary
+    deadline_error: str | None = None
 
 
 def claim(
     conn: psycopg.Connection[Any],
     owner: str,
-    policies: dict[str, int],
+    policies: dict[str, Policy],
     limit: int,
 ) -> list[Claimed]:
-    """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> max_retries,
-    used when the submitter left max_retries unset). One statement, one commit."""
+    """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
+    type sets when the submitter left it unset). One statement, one commit."""
     if limit <= 0 or not policies:
         return []
     types = list(policies)
+    params = {
+        "types": types,
+        "retries": [policies[t].max_retries for t in types],
+        "timeouts": [policies[t].timeout for t in types],
+        "timeout_errors": [policies[t].timeout_error for t in types],
+        "limit": limit,
+        "owner": owner,
+    }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
-        rows = cur.execute(
-            q("worker.claim"),
-            {"types": types, "retries": [policies[t] for t in types], "limit": limit, "owner": owner},
-        ).fetchall()
+        rows = cur.execute(q("worker.claim"), params).fetchall()
     arrived = time.monotonic()
     return [
         Claimed(
@@ -79,6 +97,8 @@ def claim(
             },
             db_now=row.db_now,
             claimed_at=arrived,
+            deadline_at=row.deadline_at,
+            deadline_error=row.deadline_error,
         )
         for row in rows
     ]

@@ -18,6 +18,7 @@ from uuid import UUID
 from wfctl import jsonvalue
 from wfctl.context import (
     Context,
+    ControlFlow,
     DeterminismError,
     Lost,
     Parked,
@@ -25,14 +26,20 @@ from wfctl.context import (
     Released,
     StepFailed,
 )
-from wfctl.errors import PermanentError
+from wfctl.errors import PermanentError, WaitTimeout
 from wfctl.registry import WorkflowType
+from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request
 from wfctl.worker.claims import Claimed
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.retry import backoff
 
-Send = Callable[[Request], None]
+Send = Callable[[Request | Call], None]
+
+
+class DeadlinePassed(ControlFlow):
+    """The run's deadline passed: it fails at this step boundary, without retries."""
+
 
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 16000
@@ -108,6 +115,39 @@ class Execution:
         self._settle()
         if self._stopping.is_set():
             raise Released()
+        self._check_deadline()
+
+    def _check_deadline(self) -> None:
+        deadline = self.claimed.deadline_at
+        if deadline is not None and self.now() >= deadline:
+            raise DeadlinePassed(self.claimed.deadline_error or "timed out")
+
+    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
+        """Run a coordination step in the database (wfctl/worker/calls.py) and wait for it."""
+        self._settle()
+        c = self.claimed
+        call = Call(op, c.id, c.epoch, c.attempt, number, name, self.now(), params)
+        may_park = op in ("recv", "join")
+        if may_park:  # the heartbeat must not take a parked run for a lost lease
+            self.terminal = True
+        self._send(call)
+        call.wait()
+        if call.failure is not None:
+            self.write_error = call.failure
+            raise Lost()
+        if call.state == "done":
+            self.terminal = False
+            self._last_step = number
+            return call.output
+        if call.state == "parked":
+            deadline = (call.output or {}).get("deadline") if isinstance(call.output, dict) else None
+            what = (
+                f"a message on {params['topic']!r}"
+                if op == "recv"
+                else f"{len(params['ids'])} child workflow(s)"
+            )
+            raise Parked(datetime.fromisoformat(deadline) if deadline else None, what)
+        raise Lost()
 
     def _settle(self) -> None:
         """Wait for the checkpoint in flight; raise Lost if it was fenced out."""
@@ -190,6 +230,7 @@ class Execution:
             self._lost(began)
             return
         try:
+            self._check_deadline()
             result = self.workflow.fn(ctx, c.input)
             try:
                 output = jsonvalue.dumps(result)
@@ -207,7 +248,8 @@ class Execution:
                 self._lost(began)
         except Parked as parked:
             self.outcome = "parked"
-            self._log.event("parked", self.id, until=parked.wake_at.isoformat(timespec="seconds"), **fields)
+            until = parked.wake_at.isoformat(timespec="seconds") if parked.wake_at else None
+            self._log.event("parked", self.id, waiting_for=parked.waiting_for, until=until, **fields)
         except Released:
             if self._write("release", terminal=True):
                 self.outcome = "released"
@@ -216,7 +258,7 @@ class Execution:
                 self._lost(began)
         except Lost:
             self._lost(began)
-        except DeterminismError as exc:
+        except (DeterminismError, DeadlinePassed) as exc:
             self._fail(str(exc), None, began, final=True)
         except StepFailed as exc:
             error = exc.error
@@ -231,7 +273,7 @@ class Execution:
     def _permanent(self, error: BaseException) -> bool:
         """Not to be retried: a ``wfctl.PermanentError``, or a type the workflow's
         ``dont_retry`` names."""
-        return isinstance(error, (PermanentError, *self.workflow.dont_retry))
+        return isinstance(error, (PermanentError, WaitTimeout, *self.workflow.dont_retry))
 
     def _fail(
         self,

@@ -37,6 +37,7 @@ from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat
+from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import Request, flush, merge
 from wfctl.worker.duties import Duties, Duty
 from wfctl.worker.execution import Execution
@@ -72,9 +73,13 @@ class Worker:
             workflow = registry.get(name)
             if workflow is not None:
                 self.types[name] = workflow
-        self.policies = {name: wt.max_retries for name, wt in self.types.items()}
+        self.policies = {
+            name: claims.Policy(wt.max_retries, wt.timeout, wt.timeout_error)
+            for name, wt in self.types.items()
+        }
         self.conn: psycopg.Connection[Any] | None = None
         self.requests: deque[Request] = deque()
+        self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         self.finished: deque[Execution] = deque()
         # every execution this worker holds, by (id, epoch): after a cancel + retry or a
         # recovery, one worker may hold a lost old execution and the new one of the same id
@@ -133,6 +138,11 @@ class Worker:
                     enabled=lambda: not self.stopping.is_set(),
                 )
             )
+        # deadlines: fail the pending runs (queued, parked, requeued) whose deadline passed;
+        # every beat, also with --no-sweep (running ones fail at their next step boundary)
+        self.deadlines = self.duties.add(
+            Duty("deadlines", options.heartbeat, self._expire, active=lambda: not self.stopping.is_set())
+        )
         # readiness (--health-port, --health-file): connected, and the last beat recent
         self.last_beat_ok: float | None = None  # monotonic time of the last successful beat
         self.health_server = (
@@ -151,10 +161,13 @@ class Worker:
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake anyway
             os.write(self._wake_w, b"x")
 
-    def send(self, request: Request) -> None:
+    def send(self, request: Request | Call) -> None:
         # Append first, then look at the flag; the loop sets the flag first, then looks at the
         # queue before it sleeps: so either it sees this request or it is woken by the pipe.
-        self.requests.append(request)
+        if isinstance(request, Call):
+            self.calls.append(request)
+        else:
+            self.requests.append(request)
         if self._sleeping:
             self._wake()
 
@@ -162,7 +175,7 @@ class Worker:
         """Sleep until a thread wakes us, the connection has input, or ``timeout``."""
         self._sleeping = True
         try:
-            if self.requests or self.finished:
+            if self.requests or self.finished or self.calls:
                 return []
             try:
                 ready, _, _ = select.select(watch, [], [], timeout)
@@ -322,6 +335,9 @@ class Worker:
         while True:
             self.duties.run_due()
             self._harvest()
+            if self.calls:
+                self._run_calls()
+                continue
             if self.requests:
                 self._coalesce()
                 self._flush()
@@ -357,6 +373,8 @@ class Worker:
         seen = len(self.requests)
         while True:
             self._harvest()
+            if self.calls:  # a coordination step waits: do not hold it for the batch
+                return
             now = time.monotonic()
             if len(self.requests) != seen:
                 seen, last = len(self.requests), now
@@ -453,6 +471,23 @@ class Worker:
         if any(not r.ok for r in batch):
             self.heartbeat.soon()  # a fenced write: other leases of ours may be gone too
 
+    def _run_calls(self) -> None:
+        """Run the coordination steps waiting (each its own transaction; wfctl/worker/calls.py).
+        A refused one fails its execution's attempt, like a refused write."""
+        while self.calls:
+            call = self.calls.popleft()
+            try:
+                self._with_db(call.op, execute, call)
+            except GaveUp as exc:
+                call.abort(exc)
+                for rest in self.calls:
+                    rest.abort(exc)
+                self.calls.clear()
+                raise
+            except psycopg.Error as exc:
+                self._refused(call.op, exc)
+                call.abort(exc)
+
     def _flush_one_by_one(self, batch: list[Request]) -> None:
         failed: dict[Key, BaseException] = {}
         for group in merge(batch):
@@ -531,6 +566,15 @@ class Worker:
         if found:
             self._more = True  # runnable now; its NOTIFY wakes the other workers
         return found  # type: ignore[no-any-return]
+
+    def _expire(self) -> None:
+        try:
+            expired = self._with_db("deadline check", recovery.expire)
+        except psycopg.Error as exc:
+            self._refused("deadline check", exc)
+            return
+        for run in expired:
+            self.log.event("failed", f"{run.id} {run.error_message}", level="error", type=run.workflow_type)
 
     def _burst_finished(self) -> bool:
         """--burst with nothing runnable: if work of its types is due within --burst-wait, wait

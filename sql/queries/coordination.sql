@@ -1,0 +1,34 @@
+-- From outside a workflow (wfctl/coordination.py): send a message, read an event, wait for a
+-- result. The functions and the triggers that deliver wake-ups are migration 0006.
+
+-- name: send
+SELECT wfctl_send(%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s);
+
+-- name: listen
+-- The channel that announces results and events (payload: the workflow id).
+DO $$
+BEGIN
+    EXECUTE format('LISTEN %I', wfctl_watch_channel());
+END
+$$;
+
+-- name: unlisten
+DO $$
+BEGIN
+    EXECUTE format('UNLISTEN %I', wfctl_watch_channel());
+END
+$$;
+
+-- name: watch
+-- Ask for an announcement when this workflow finishes (its trigger notifies only then).
+UPDATE workflows SET awaited = true WHERE id = %(id)s AND NOT awaited;
+
+-- name: outcome
+SELECT status, output_data, error_message FROM workflows WHERE id = %(id)s;
+
+-- name: event
+-- The workflow's status (NULL: no such workflow) and the event's value, if it was set.
+SELECT w.status, e.value, e.workflow_id IS NOT NULL AS found
+FROM workflows w
+LEFT JOIN workflow_events e ON e.workflow_id = w.id AND e.key = %(key)s
+WHERE w.id = %(id)s;

@@ -1,0 +1,213 @@
+"""Coordination from outside a workflow: ``wfctl.send`` a message to one, read what it
+published (``wfctl.get_event``), and wait for its result (``wfctl.result``).
+
+Waiting LISTENs on the schema's watch channel (migration 0006) and re-reads when the
+workflow's id is announced; without notifications (a connection inside a transaction, or one
+through a transaction pooler) it polls, backing off to one read a second.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from wfctl.client import _connection
+from wfctl.connection import behind_pooler, translate
+from wfctl.context import MAX_TOPIC, timeout_seconds
+from wfctl.errors import (
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    WaitTimeout,
+    WorkflowCancelled,
+    WorkflowFailed,
+)
+from wfctl.queries import q
+from wfctl.validate import check_key, encode_input
+
+T = TypeVar("T")
+FINISHED = ("completed", "failed", "cancelled")
+RECHECK = 5.0  # with notifications, re-read anyway this often (a notification is never relied on alone)
+POLL_MAX = 1.0
+MAX_MESSAGE_KEY = 200  # without notifications: the longest pause between reads
+
+
+def workflow_uuid(value: UUID | str) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise InvalidInput(f"{str(value)[:60]!r} is not a workflow id (a UUID)") from None
+
+
+def check_label(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
+        raise InvalidInput(f"{what} must have 1 to {MAX_TOPIC} characters, not {str(value)[:40]!r}")
+    return value
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """wfctl_send's refusals and database errors as the library's exceptions."""
+    try:
+        yield
+    except pg_errors.NoDataFound as exc:
+        raise NotFound(_message(exc)) from exc
+    except pg_errors.ObjectNotInPrerequisiteState as exc:
+        raise InvalidState(_message(exc)) from exc
+    except pg_errors.InvalidParameterValue as exc:
+        raise InvalidInput(_message(exc)) from exc
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+
+
+def _message(exc: psycopg.Error) -> str:
+    diag = exc.diag.message_primary
+    return diag or str(exc).strip().splitlines()[0]
+
+
+def send(
+    conn_or_dsn: psycopg.Connection[Any] | str,
+    workflow_id: UUID | str,
+    topic: str,
+    payload: Any = None,
+    *,
+    key: str | None = None,
+) -> int:
+    """Send ``payload`` (JSON) to the workflow on ``topic``; it gets it from ``ctx.recv(topic)``.
+    Returns the message's id. With ``key``, sending again returns the first message's id and
+    stores nothing. In the connection's transaction when there is one (it is delivered when that
+    commits: an outbox). An unknown workflow raises ``NotFound``, a finished one ``InvalidState``;
+    nothing is stored then."""
+    wid = workflow_uuid(workflow_id)
+    check_label(topic, "a message topic")
+    check_key(key)
+    if key is not None and not 1 <= len(key) <= MAX_MESSAGE_KEY:
+        raise InvalidInput(f"a message key must have 1 to {MAX_MESSAGE_KEY} characters")
+    encoded = None if payload is None else encode_input(payload, "message payload")
+    with _connection(conn_or_dsn) as conn, _errors():
+        row = conn.execute(
+            q("coordination.send"), {"id": wid, "topic": topic, "payload": encoded, "key": key}
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def get_event(
+    conn_or_dsn: psycopg.Connection[Any] | str,
+    workflow_id: UUID | str,
+    key: str,
+    timeout: str | float | timedelta | None = None,
+    default: Any = None,
+) -> Any:
+    """The latest value the workflow published with ``ctx.set_event(key, ...)``. Not set yet:
+    wait up to ``timeout`` for it (None: do not wait), then return ``default``; pass
+    ``default=...`` (Ellipsis) to raise ``WaitTimeout`` instead. An unknown workflow raises
+    ``NotFound``; a finished one that never set it returns ``default`` at once."""
+    wid = workflow_uuid(workflow_id)
+    check_label(key, "an event key")
+    seconds = timeout_seconds(timeout, "timeout") or 0.0
+
+    def read(conn: psycopg.Connection[Any]) -> tuple[bool, Any]:
+        row = conn.execute(q("coordination.event"), {"id": wid, "key": key}).fetchone()
+        if row is None:
+            raise NotFound(f"no workflow {wid}")
+        status, value, found = row
+        if found:
+            return True, value
+        if status in FINISHED:
+            return True, _missing(default, f"workflow {wid} is {status} and never set event {key!r}")
+        return False, None
+
+    with _connection(conn_or_dsn) as conn, _errors():
+        done, value = _await(conn, wid, seconds, read, watch=True)
+    if done:
+        return value
+    return _missing(default, f"workflow {wid} did not set event {key!r} within {seconds:g}s", timeout=True)
+
+
+def _missing(default: Any, message: str, *, timeout: bool = False) -> Any:
+    if default is Ellipsis:
+        raise WaitTimeout(message) if timeout else NotFound(message)
+    return default
+
+
+def result(
+    conn_or_dsn: psycopg.Connection[Any] | str,
+    workflow_id: UUID | str,
+    timeout: str | float | timedelta | None = None,
+) -> Any:
+    """Wait until the workflow finishes and return its output (the workflow function's return
+    value). Raises ``WorkflowFailed`` or ``WorkflowCancelled`` when it ended so, ``WaitTimeout``
+    (a ``TimeoutError``) after ``timeout`` (None: wait as long as it takes), ``NotFound`` for an
+    unknown id. Woken by the workflow's completion (NOTIFY), not by polling."""
+    wid = workflow_uuid(workflow_id)
+    seconds = timeout_seconds(timeout, "timeout")
+
+    def read(conn: psycopg.Connection[Any]) -> tuple[bool, Any]:
+        row = conn.execute(q("coordination.outcome"), {"id": wid}).fetchone()
+        if row is None:
+            raise NotFound(f"no workflow {wid}")
+        status, output, error = row
+        if status == "completed":
+            return True, output
+        if status == "failed":
+            raise WorkflowFailed(wid, error)
+        if status == "cancelled":
+            raise WorkflowCancelled(wid, error)
+        return False, None
+
+    with _connection(conn_or_dsn) as conn, _errors():
+        done, value = _await(conn, wid, seconds, read, watch=True)
+    if done:
+        return value
+    raise WaitTimeout(f"workflow {wid} did not finish within {seconds:g}s")
+
+
+def _await(
+    conn: psycopg.Connection[Any],
+    wid: UUID,
+    seconds: float | None,
+    read: Callable[[psycopg.Connection[Any]], tuple[bool, T]],
+    *,
+    watch: bool,
+) -> tuple[bool, T | None]:
+    """Call ``read`` until it says done or ``seconds`` pass (None: forever; 0: read once)."""
+    done, value = read(conn)
+    if done or seconds == 0:
+        return done, value
+    deadline = None if seconds is None else time.monotonic() + seconds
+    notified = conn.autocommit and not behind_pooler(conn)
+    if notified:
+        conn.execute(q("coordination.listen"))
+        if watch:
+            conn.execute(q("coordination.watch"), {"id": wid})
+    try:
+        pause = 0.05
+        while True:
+            done, value = read(conn)
+            if done:
+                return done, value
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False, None
+            if notified:
+                wait = RECHECK if left is None else min(left, RECHECK)
+                target = str(wid)
+                for note in conn.notifies(timeout=wait):
+                    if note.payload == target:
+                        break
+            else:
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, POLL_MAX)
+    finally:
+        if notified and not conn.closed:
+            conn.execute(q("coordination.unlisten"))

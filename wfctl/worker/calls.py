@@ -1,0 +1,100 @@
+"""Coordination steps (ctx.recv, ctx.wait, ctx.start_child, ctx.set_event) as database calls.
+
+Unlike a checkpoint, such a step must read before it writes (is there a message? have the
+children finished?), and the answer decides between checkpointing and parking. Each is one SQL
+function (migration 0006) that locks the workflow's row, checks the lease epoch, and does the
+whole step in one transaction. A workflow thread builds a ``Call`` and waits on it; the
+worker's database loop runs it on its connection, between group commits.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from wfctl.queries import q
+
+#: op -> the statement (sql/queries/worker.sql) that runs it
+STATEMENTS = {
+    "recv": "worker.recv",
+    "join": "worker.join",
+    "start_child": "worker.start_child",
+    "set_event": "worker.set_event",
+}
+
+
+class Call:
+    """One coordination step of one execution, fenced by ``epoch``. After ``wait()``: ``state``
+    is 'done' (``output`` is the checkpointed output), 'parked' or 'fenced'; or ``failure``
+    says the database refused it or could not be reached for good."""
+
+    __slots__ = (
+        "_done",
+        "attempt",
+        "epoch",
+        "failure",
+        "name",
+        "op",
+        "output",
+        "params",
+        "started",
+        "state",
+        "step",
+        "workflow_id",
+    )
+
+    def __init__(
+        self,
+        op: str,
+        workflow_id: UUID,
+        epoch: int,
+        attempt: int,
+        step: int,
+        name: str,
+        started: datetime,
+        params: dict[str, Any],
+    ) -> None:
+        if op not in STATEMENTS:
+            raise ValueError(f"unknown coordination step {op!r}")
+        self.op, self.workflow_id, self.epoch, self.attempt = op, workflow_id, epoch, attempt
+        self.step, self.name, self.started, self.params = step, name, started, params
+        self.state: str | None = None
+        self.output: Any = None
+        self.failure: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def wait(self) -> None:
+        self._done.acquire()
+
+    def resolve(self, state: str, output: Any) -> None:
+        self.state, self.output = state, output
+        self._done.release()
+
+    def abort(self, error: BaseException) -> None:
+        self.failure = error
+        self._done.release()
+
+
+def execute(conn: psycopg.Connection[Any], call: Call) -> None:
+    """Run ``call`` (autocommit: one transaction) and resolve it. Raises psycopg errors; the
+    caller may run it again after a lost connection (the functions answer a re-send as they
+    answered the first)."""
+    params = {
+        "id": call.workflow_id,
+        "epoch": call.epoch,
+        "attempt": call.attempt,
+        "step": call.step,
+        "name": call.name,
+        "started": call.started,
+        **call.params,
+    }
+    if call.op == "join":
+        params["ids"] = [UUID(i) for i in call.params["ids"]]
+    row = conn.execute(q(STATEMENTS[call.op]), params).fetchone()
+    assert row is not None
+    call.resolve(row[0], row[1])

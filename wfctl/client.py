@@ -13,8 +13,7 @@ from uuid import UUID
 import psycopg
 
 from wfctl.connection import connect, translate
-from wfctl.context import timeout_message, timeout_seconds
-from wfctl.durations import as_seconds, parse_duration
+from wfctl.durations import as_seconds, parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import InvalidInput, InvalidState
 from wfctl.queries import q
 from wfctl.validate import check_int, check_key, check_type, encode_input

@@ -19,8 +19,9 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from wfctl import jsonvalue
-from wfctl.durations import as_seconds, parse_duration
+from wfctl.durations import parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import ChildFailed, InvalidInput, WaitTimeout
+from wfctl.words import COMPLETED, FINISHED
 
 T = TypeVar("T")
 
@@ -246,7 +247,7 @@ class Context:
             )
         children = output["children"]
         for child in children:
-            if child["status"] != "completed":
+            if child["status"] != COMPLETED:
                 raise ChildFailed(child["id"], child["status"], child.get("error"))
         outputs = [child["output"] for child in children]
         return outputs[0] if single else outputs
@@ -308,38 +309,6 @@ class Context:
 def _check_label(value: object, what: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
         raise InvalidInput(f"{what} must be a string of 1 to {MAX_TOPIC} characters, not {value!r:.60}")
-
-
-def timeout_seconds(value: str | float | timedelta | None, what: str) -> float | None:
-    """A timeout as seconds (None: none); negative or malformed ones are refused."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        delta = parse_duration(value, what=what)
-    elif isinstance(value, timedelta):
-        delta = value
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        delta = timedelta(seconds=float(value))
-    else:
-        raise InvalidInput(f"{what} must be a duration such as '30s', not {value!r}")
-    if delta < timedelta(0):
-        raise InvalidInput(f"{what} cannot be negative")
-    return as_seconds(delta)
-
-
-def timeout_message(given: str | float | timedelta | None, seconds: float | None) -> str | None:
-    """The error a run fails with at its deadline: ``timed out after 1h``."""
-    if seconds is None:
-        return None
-    text = given if isinstance(given, str) else _compact(seconds)
-    return f"timed out after {text.strip()}"
-
-
-def _compact(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def _step_name_problem(name: str) -> str | None:
@@ -409,9 +378,7 @@ class MemoryJournal:
             output = child
         elif op == "join":
             found = [self.children.get(i, {"status": "missing"}) for i in params["ids"]]
-            unfinished = sum(
-                1 for c in found if c["status"] not in ("completed", "failed", "cancelled", "missing")
-            )
+            unfinished = sum(1 for c in found if c["status"] not in (*FINISHED, "missing"))
             if unfinished and params["timeout"] == 0:
                 output = {"timed_out": True, "unfinished": unfinished}
             elif unfinished:

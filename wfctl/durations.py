@@ -83,3 +83,35 @@ def format_duration(seconds: float | None) -> str:
         return f"{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d{hours:02d}h"
+
+
+def timeout_seconds(value: str | float | timedelta | None, what: str) -> float | None:
+    """A timeout as seconds (None: none); negative or malformed ones are refused."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        delta = parse_duration(value, what=what)
+    elif isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        delta = timedelta(seconds=float(value))
+    else:
+        raise InvalidInput(f"{what} must be a duration such as '30s', not {value!r}")
+    if delta < timedelta(0):
+        raise InvalidInput(f"{what} cannot be negative")
+    return as_seconds(delta)
+
+
+def timeout_message(given: str | float | timedelta | None, seconds: float | None) -> str | None:
+    """The error a run fails with at its deadline: ``timed out after 1h``."""
+    if seconds is None:
+        return None
+    text = given if isinstance(given, str) else _compact(seconds)
+    return f"timed out after {text.strip()}"
+
+
+def _compact(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

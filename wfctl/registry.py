@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from wfctl.durations import parse_duration
+from wfctl.durations import parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import AppError, InvalidInput
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,8 +109,6 @@ def workflow(
     base = _as_delta(retry_base, "retry_base")
     cap = _as_delta(retry_cap, "retry_cap")
     permanent = _error_classes(dont_retry)
-    from wfctl.context import timeout_message, timeout_seconds
-
     seconds = timeout_seconds(timeout, "timeout")
     if seconds is not None and seconds <= 0:
         raise InvalidInput("timeout must be positive")

@@ -128,7 +128,11 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
             if migration.version in done:
                 continue
             conn.execute(migration.sql().encode())  # several statements: simple query protocol
-            conn.execute(q("schema.record"), {"version": migration.version, "name": migration.name})
+            # never prepared: run once per migration, it would pass psycopg's threshold (5) on a
+            # fresh install and leave a prepared statement on a pooled server connection
+            conn.execute(
+                q("schema.record"), {"version": migration.version, "name": migration.name}, prepare=False
+            )
             applied.append(migration)
         who = conn.execute(q("admin.whoami")).fetchone()
     return MigrateResult(

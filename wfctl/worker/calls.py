@@ -18,13 +18,21 @@ import psycopg
 
 from wfctl.queries import q
 
-#: op -> the statement (sql/queries/worker.sql) that runs it
-STATEMENTS = {
-    "recv": "worker.recv",
-    "join": "worker.join",
-    "start_child": "worker.start_child",
-    "set_event": "worker.set_event",
-}
+#: The coordination steps there are (op names).
+OPS = ("recv", "join", "start_child", "set_event")
+
+
+def statement(op: str) -> str:
+    """The statement (sql/queries/worker.sql) that runs ``op``."""
+    if op == "recv":
+        return q("worker.recv")
+    if op == "join":
+        return q("worker.join")
+    if op == "start_child":
+        return q("worker.start_child")
+    if op == "set_event":
+        return q("worker.set_event")
+    raise ValueError(f"unknown coordination step {op!r}")
 
 
 class Call:
@@ -58,7 +66,7 @@ class Call:
         started: datetime,
         params: dict[str, Any],
     ) -> None:
-        if op not in STATEMENTS:
+        if op not in OPS:
             raise ValueError(f"unknown coordination step {op!r}")
         self.op, self.workflow_id, self.epoch, self.attempt = op, workflow_id, epoch, attempt
         self.step, self.name, self.started, self.params = step, name, started, params
@@ -95,6 +103,6 @@ def execute(conn: psycopg.Connection[Any], call: Call) -> None:
     }
     if call.op == "join":
         params["ids"] = [UUID(i) for i in call.params["ids"]]
-    row = conn.execute(q(STATEMENTS[call.op]), params).fetchone()
+    row = conn.execute(statement(call.op), params).fetchone()
     assert row is not None
     call.resolve(row[0], row[1])

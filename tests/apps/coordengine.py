@@ -1,0 +1,84 @@
+"""Workflows for the coordination engine tests (tests/test_coordination.py): messages, events,
+child workflows, deadlines. Steps log real executions through testflows.effect / gate."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from testflows import effect, gate
+
+import wfctl
+
+
+@wfctl.workflow("inbox", max_retries=5)
+def inbox(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
+    """Receive ``data['count']`` messages on 'go'; between them a gated step (a test may hold
+    the worker there and kill it)."""
+    wid = str(ctx.workflow_id)
+    got = []
+    for index in range(data.get("count", 1)):
+        got.append(ctx.recv("go", timeout=data.get("timeout")))
+        ctx.step(f"after-{index}", gate, wid, f"after-{index}", index)
+    return {"got": got}
+
+
+@wfctl.workflow("progress")
+def progress(ctx: wfctl.Context, data: dict[str, Any]) -> str:
+    ctx.set_event("stage", "started")
+    ctx.recv("continue")
+    ctx.set_event("stage", "finished")
+    return "done"
+
+
+@wfctl.workflow("leaf", max_retries=0)
+def leaf(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
+    if data.get("fail"):
+        raise wfctl.PermanentError(f"leaf {data['n']} refused")
+    if data.get("wait"):
+        ctx.recv("release")
+    return ctx.step("double", effect, str(ctx.workflow_id), "double", data["n"] * 2)
+
+
+@wfctl.workflow("fanout", max_retries=2)
+def fanout(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
+    wid = str(ctx.workflow_id)
+    ids = []
+    for n in range(data["n"]):
+        ids.append(
+            ctx.start_child(
+                "leaf", {"n": n, "fail": n in data.get("fail", []), "wait": data.get("wait", False)}
+            )
+        )
+        if n == 0:
+            ctx.step("after-first-child", gate, wid, "after-first-child", 0)
+    try:
+        outputs = ctx.wait(ids, timeout=data.get("timeout"))
+    except wfctl.ChildFailed as exc:
+        return {"failed": exc.workflow_id, "status": exc.status, "error": exc.error}
+    return {"sum": sum(outputs), "ids": ids}
+
+
+@wfctl.workflow("nested", max_retries=0)
+def nested(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
+    return ctx.run_child(
+        "leaf", {"n": data["n"], "wait": data.get("wait", False)}, timeout=data.get("child_timeout")
+    )
+
+
+@wfctl.workflow("slowsteps", max_retries=3)
+def slowsteps(ctx: wfctl.Context, data: dict[str, Any]) -> int:
+    for index in range(data["steps"]):
+        ctx.step(f"s{index}", _nap, data["nap"])
+    return data["steps"]
+
+
+def _nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+@wfctl.workflow("held", max_retries=3)
+def held(ctx: wfctl.Context, data: dict[str, Any]) -> str:
+    ctx.step("hold", gate, str(ctx.workflow_id), "hold", 1)
+    return "released"

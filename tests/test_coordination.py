@@ -1,0 +1,294 @@
+"""Coordination on real workers (issue 13): messages, events, child workflows, results,
+deadlines; each primitive survives SIGKILL of its worker while parked and while running."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import psycopg
+import pytest
+from helpers import rows, wait_for
+
+import wfctl
+from wfctl import coordination
+
+APP = "coordengine"
+
+
+def status(dsn: str, wid: object) -> str:
+    return rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid)[0][0]
+
+
+def parked(dsn: str, wid: object, kind: str) -> bool:
+    found = rows(dsn, "SELECT status, wait_kind FROM workflows WHERE id = %s", wid)
+    return found[0] == ("pending", kind)
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+def test_a_parked_workflow_receives_messages_in_order_and_each_once(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 2})
+    wait_for(lambda: parked(dsn, wid, "message"), what="the workflow parks on 'go'")
+    assert rows(
+        dsn,
+        "SELECT lease_owner IS NOT NULL, run_at > now() + interval '1000 years' FROM workflows WHERE id = %s",
+        wid,
+    ) == [(True, True)]
+    first = wfctl.send(dsn, wid, "go", {"n": 1})
+    wfctl.send(dsn, wid, "go", {"n": 2})
+    wfctl.send(dsn, wid, "other", {"n": 3})  # another topic: not taken
+    assert wfctl.result(dsn, wid, timeout=30) == {"got": [{"n": 1}, {"n": 2}]}
+    consumed = rows(
+        dsn, "SELECT topic, consumed_step FROM workflow_messages WHERE workflow_id = %s ORDER BY id", wid
+    )
+    assert consumed == [("go", 1), ("go", 3), ("other", None)]
+    assert first == rows(dsn, "SELECT min(id) FROM workflow_messages")[0][0]
+
+
+def test_a_keyed_send_is_stored_once(dsn: str, workers) -> None:
+    wid = wfctl.submit(dsn, "inbox", {"count": 1})
+    one = wfctl.send(dsn, wid, "go", "a", key="k")
+    two = wfctl.send(dsn, wid, "go", "b", key="k")
+    assert one == two
+    assert rows(dsn, "SELECT count(*), min(payload::text) FROM workflow_messages") == [(1, '"a"')]
+
+
+def test_a_send_to_an_unknown_or_finished_workflow_is_refused_and_stores_nothing(dsn: str, workers) -> None:
+    with pytest.raises(wfctl.NotFound, match="no workflow"):
+        wfctl.send(dsn, "6f1c1b7e-0000-4000-8000-000000000000", "go", 1)
+    wid = wfctl.submit(dsn, "leaf", {"n": 1})
+    workers.run(app=APP)
+    assert status(dsn, wid) == "completed"
+    with pytest.raises(wfctl.InvalidState, match="is completed"):
+        wfctl.send(dsn, wid, "go", 1)
+    with pytest.raises(wfctl.InvalidInput):
+        wfctl.send(dsn, wid, "x" * 151, 1)
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+
+
+def test_send_inside_the_callers_transaction_is_delivered_only_if_it_commits(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 1})
+    wait_for(lambda: parked(dsn, wid, "message"), what="parked")
+    with psycopg.connect(dsn) as conn:  # not autocommit: the send joins this transaction
+        wfctl.send(conn, wid, "go", "rolled back")
+        conn.rollback()
+        wfctl.send(conn, wid, "go", "committed")
+        assert parked(dsn, wid, "message")  # not visible, not woken before the commit
+        conn.commit()
+    assert wfctl.result(dsn, wid, timeout=30) == {"got": ["committed"]}
+
+
+def test_recv_gives_none_after_its_timeout(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 1, "timeout": "300ms"})
+    assert wfctl.result(dsn, wid, timeout=30) == {"got": [None]}
+    assert rows(
+        dsn, "SELECT output_data FROM workflow_steps WHERE workflow_id = %s AND step_number = 1", wid
+    ) == [({"payload": None, "timed_out": True},)]
+
+
+def test_a_message_consumed_before_a_crash_is_replayed_not_consumed_again(dsn: str, workers) -> None:
+    workers.gate.touch()
+    first = workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 2})
+    wait_for(lambda: parked(dsn, wid, "message"), what="parked")
+    wfctl.send(dsn, wid, "go", "one")
+    wait_for(lambda: (str(wid), "after-0") in workers.effects(), what="inside the gated step")
+    first.send_signal(signal.SIGKILL)  # killed while running, after the message was consumed
+    first.wait(timeout=10)
+    wfctl.send(dsn, wid, "go", "two")
+    workers.gate.unlink()
+    workers.start(app=APP)
+    assert wfctl.result(dsn, wid, timeout=30) == {"got": ["one", "two"]}
+    assert rows(
+        dsn, "SELECT count(*) FILTER (WHERE consumed_at IS NOT NULL), count(*) FROM workflow_messages"
+    ) == [(2, 2)]
+
+
+def test_a_worker_killed_while_its_workflow_is_parked_loses_nothing(dsn: str, workers) -> None:
+    first = workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 1})
+    wait_for(lambda: parked(dsn, wid, "message"), what="parked")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    wfctl.send(dsn, wid, "go", "late")  # nobody runs it now: it waits in the table
+    workers.start(app=APP)
+    assert wfctl.result(dsn, wid, timeout=30) == {"got": ["late"]}
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def test_events_are_published_while_the_workflow_runs_and_the_latest_wins(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    wid = wfctl.submit(dsn, "progress", None)
+    assert wfctl.get_event(dsn, wid, "stage", timeout=30) == "started"
+    assert wfctl.get_event(dsn, wid, "missing") is None
+    with pytest.raises(wfctl.WaitTimeout):
+        wfctl.get_event(dsn, wid, "missing", timeout=0.3, default=...)
+    wfctl.send(dsn, wid, "continue")
+    assert wfctl.result(dsn, wid, timeout=30) == "done"
+    assert wfctl.get_event(dsn, wid, "stage") == "finished"
+    with pytest.raises(wfctl.NotFound):  # finished, never set: no waiting
+        wfctl.get_event(dsn, wid, "missing", timeout=30, default=...)
+
+
+# -- children -------------------------------------------------------------------------------------
+
+
+def test_a_fan_out_is_joined_and_wakes_the_parent_once(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "fanout", {"n": 200})
+    output = wfctl.result(dsn, parent, timeout=60)
+    assert output["sum"] == sum(2 * n for n in range(200))
+    assert len(set(output["ids"])) == 200
+    assert rows(
+        dsn, "SELECT count(*) FROM workflows WHERE parent_id = %s AND status = 'completed'", parent
+    ) == [(200,)]
+    # executions of the parent: the one that started the children and parked on them, then
+    # (at most) one more for each time it was woken: once
+    outcomes = rows(
+        dsn, "SELECT outcome FROM workflow_attempts WHERE workflow_id = %s ORDER BY lease_epoch", parent
+    )
+    assert [o for (o,) in outcomes] == ["parked", "completed"] or [o for (o,) in outcomes] == ["completed"]
+
+
+def test_a_failed_child_raises_child_failed_in_the_parent(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "fanout", {"n": 3, "fail": [1]})
+    output = wfctl.result(dsn, parent, timeout=30)
+    assert output["status"] == "failed" and "leaf 1 refused" in output["error"]
+
+
+def test_a_child_started_before_a_crash_is_started_once(dsn: str, workers) -> None:
+    workers.gate.touch()
+    first = workers.start(app=APP)
+    parent = wfctl.submit(dsn, "fanout", {"n": 3})
+    wait_for(lambda: (str(parent), "after-first-child") in workers.effects(), what="after the first child")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    workers.gate.unlink()
+    workers.start(app=APP)
+    output = wfctl.result(dsn, parent, timeout=30)
+    assert output["sum"] == 0 + 2 + 4
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE parent_id = %s", parent) == [(3,)]
+
+
+def test_cancelling_a_parent_cancels_its_unfinished_descendants(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "fanout", {"n": 3, "wait": True})
+    wait_for(lambda: parked(dsn, parent, "children"), what="the parent waits for its children")
+    wait_for(
+        lambda: (
+            rows(
+                dsn,
+                "SELECT count(*) FROM workflows"
+                " WHERE parent_id = %s AND wait_kind = 'message' AND status = 'pending'",
+                parent,
+            )[0][0]
+            == 3
+        ),
+        what="children parked",
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = wfctl.control.cancel(conn, parent)
+    assert done.previous_status == "pending" and len(done.descendants) == 3
+    assert rows(dsn, "SELECT status, count(*) FROM workflows GROUP BY 1") == [("cancelled", 4)]
+    with pytest.raises(wfctl.WorkflowCancelled):
+        wfctl.result(dsn, parent, timeout=5)
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+def test_result_is_woken_by_the_completion_not_by_polling(dsn: str, workers, monkeypatch) -> None:
+    monkeypatch.setattr(coordination, "RECHECK", 3600.0)  # only a notification can wake it
+    workers.start(app=APP)
+    wid = wfctl.submit(dsn, "inbox", {"count": 1})
+    wait_for(lambda: parked(dsn, wid, "message"), what="parked")
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(wfctl.result(dsn, wid, timeout=60)))
+    waiter.start()
+    wait_for(
+        lambda: rows(dsn, "SELECT awaited FROM workflows WHERE id = %s", wid)[0][0],
+        what="the waiter registered",
+    )
+    wfctl.send(dsn, wid, "go", 7)
+    waiter.join(timeout=30)
+    assert got == [{"got": [7]}]
+
+
+def test_result_raises_for_failed_cancelled_unknown_and_timeout(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    failed = wfctl.submit(dsn, "leaf", {"n": 1, "fail": True})
+    with pytest.raises(wfctl.WorkflowFailed, match="leaf 1 refused"):
+        wfctl.result(dsn, failed, timeout=30)
+    waiting = wfctl.submit(dsn, "inbox", {"count": 1})
+    with pytest.raises(wfctl.WaitTimeout) as info:
+        wfctl.result(dsn, waiting, timeout=0.3)
+    assert isinstance(info.value, TimeoutError)
+    with pytest.raises(wfctl.NotFound):
+        wfctl.result(dsn, "6f1c1b7e-0000-4000-8000-000000000000", timeout=1)
+
+
+# -- deadlines ------------------------------------------------------------------------------------
+
+
+def test_a_deadline_fails_a_parked_a_pending_and_a_running_run(dsn: str, workers) -> None:
+    workers.start("--types", "inbox,slowsteps", app=APP)
+    parked_run = wfctl.submit(dsn, "inbox", {"count": 1}, timeout="1s")
+    pending_run = wfctl.submit(dsn, "leaf", {"n": 1}, timeout=0.5)  # no worker runs 'leaf'
+    running_run = wfctl.submit(dsn, "slowsteps", {"steps": 20, "nap": 0.2}, timeout="1s")
+    for wid, message in (
+        (parked_run, "timed out after 1s"),
+        (pending_run, "timed out after 0.5s"),
+        (running_run, "timed out after 1s"),
+    ):
+        with pytest.raises(wfctl.WorkflowFailed, match=message):
+            wfctl.result(dsn, wid, timeout=30)
+    # the running one stopped at a step boundary, long before its 20 steps
+    assert rows(dsn, "SELECT current_step < 20 FROM workflows WHERE id = %s", running_run) == [(True,)]
+
+
+def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, workers) -> None:
+    workers.gate.touch()
+    first = workers.start(app=APP)
+    wid = wfctl.submit(dsn, "held", None, timeout="2s")
+    wait_for(lambda: (str(wid), "hold") in workers.effects(), what="inside the step")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    workers.gate.unlink()
+    workers.start("--types", "leaf", app=APP)  # sweeps and expires; never runs 'held'
+    with pytest.raises(wfctl.WorkflowFailed, match="timed out after 2s"):
+        wfctl.result(dsn, wid, timeout=30)
+
+
+def test_a_child_gets_at_most_its_parents_remaining_time(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "nested", {"n": 1, "wait": True, "child_timeout": "1h"}, timeout="2s")
+    with pytest.raises(wfctl.WorkflowFailed, match="timed out"):
+        wfctl.result(dsn, parent, timeout=30)
+    ((child_deadline, child_error, child_status),) = rows(
+        dsn, "SELECT deadline_at, deadline_error, status FROM workflows WHERE parent_id = %s", parent
+    )
+    ((parent_deadline,),) = rows(dsn, "SELECT deadline_at FROM workflows WHERE id = %s", parent)
+    assert child_deadline == parent_deadline
+    assert "parent" in child_error and child_status == "failed"
+
+
+def test_a_type_timeout_counts_from_the_submit(dsn: str, workers) -> None:
+    wid = wfctl.submit(dsn, "leaf", {"n": 1})
+    rows(dsn, "UPDATE workflows SET created_at = now() - interval '2 hours' WHERE id = %s RETURNING 1", wid)
+    env = {"PYTHONPATH": str(workers.tmp)}
+    (workers.tmp / "typed.py").write_text(
+        "import wfctl\n\n@wfctl.workflow('leaf', timeout='1h')\ndef leaf(ctx, data):\n    return 1\n"
+    )
+    workers.run("--burst-wait", "0s", app="typed", env=env)
+    assert rows(dsn, "SELECT status, error_message FROM workflows WHERE id = %s", wid) == [
+        ("failed", "timed out after 1h")
+    ]

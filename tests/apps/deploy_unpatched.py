@@ -1,0 +1,21 @@
+"""What version 2 would be without ``ctx.patched``: the fraud check simply inserted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testflows import effect
+
+import wfctl
+
+
+@wfctl.workflow("deploy", max_retries=0)
+def deploy(ctx: wfctl.Context, data: Any) -> list[str]:
+    wid = str(ctx.workflow_id)
+    path = [ctx.step("reserve", effect, wid, "reserve", "reserve")]
+    ctx.recv("go")
+    path.append(ctx.step("fraud", effect, wid, "fraud", "fraud"))
+    path.append(ctx.step("charge", effect, wid, "charge", "charge"))
+    ctx.recv("confirm")
+    path.append(ctx.step("ship", effect, wid, "ship", "ship"))
+    return path

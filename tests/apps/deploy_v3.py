@@ -1,0 +1,22 @@
+"""Version 3 of 'deploy': every run that began before version 2 has finished, so the patch is
+removed and the fraud check is unconditional (the markers version 2 wrote are passed over)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testflows import effect
+
+import wfctl
+
+
+@wfctl.workflow("deploy", max_retries=0)
+def deploy(ctx: wfctl.Context, data: Any) -> list[str]:
+    wid = str(ctx.workflow_id)
+    path = [ctx.step("reserve", effect, wid, "reserve", "reserve")]
+    ctx.recv("go")
+    path.append(ctx.step("fraud", effect, wid, "fraud", "fraud"))
+    path.append(ctx.step("charge", effect, wid, "charge", "charge"))
+    ctx.recv("confirm")
+    path.append(ctx.step("ship", effect, wid, "ship", "ship"))
+    return path

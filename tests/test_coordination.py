@@ -292,3 +292,21 @@ def test_a_type_timeout_counts_from_the_submit(dsn: str, workers) -> None:
     assert rows(dsn, "SELECT status, error_message FROM workflows WHERE id = %s", wid) == [
         ("failed", "timed out after 1h")
     ]
+
+
+def test_a_parent_parked_on_children_survives_the_death_of_its_worker(dsn: str, workers) -> None:
+    first = workers.start("--types", "fanout", app=APP)
+    parent = wfctl.submit(dsn, "fanout", {"n": 5})
+    wait_for(lambda: parked(dsn, parent, "children"), what="the parent waits for its children")
+    first.send_signal(signal.SIGKILL)  # nobody runs the parent now; the children are pending
+    first.wait(timeout=10)
+    workers.start("--types", "leaf", app=APP)  # finishes the children: the last one wakes the parent
+    wait_for(
+        lambda: (
+            rows(dsn, "SELECT status, run_at <= now() FROM workflows WHERE id = %s", parent)
+            == [("pending", True)]
+        ),
+        what="the parent woken by its last child",
+    )
+    workers.start("--types", "fanout", app=APP)
+    assert wfctl.result(dsn, parent, timeout=30)["sum"] == sum(2 * n for n in range(5))

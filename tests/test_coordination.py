@@ -310,3 +310,12 @@ def test_a_parent_parked_on_children_survives_the_death_of_its_worker(dsn: str, 
     )
     workers.start("--types", "fanout", app=APP)
     assert wfctl.result(dsn, parent, timeout=30)["sum"] == sum(2 * n for n in range(5))
+
+
+def test_start_children_fans_out_in_one_step(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "bulk", {"n": 500})
+    assert wfctl.result(dsn, parent, timeout=60) == sum(2 * n for n in range(500))
+    assert rows(dsn, "SELECT count(*) FROM workflow_steps WHERE workflow_id = %s", parent) == [(2,)]
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE parent_id = %s", parent) == [(500,)]

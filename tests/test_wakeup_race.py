@@ -273,13 +273,14 @@ def test_a_zombie_epoch_can_neither_consume_start_a_child_nor_publish(dsn: str, 
         assert recv(conn, wid, epoch=1) == ("fenced", None)
         base = {"id": wid, "epoch": 1, "attempt": 1, "step": 1, "started": None}
         child = conn.execute(
-            q("worker.start_child"),
+            q("worker.start_children"),
             {
                 **base,
                 "name": "start_child:leaf",
                 "type": "leaf",
-                "input": None,
-                "key": None,
+                "inputs": [None],
+                "keys": [None],
+                "many": False,
                 "priority": None,
                 "timeout": None,
                 "timeout_error": None,
@@ -317,15 +318,16 @@ def test_a_re_sent_step_answers_as_the_first_did(dsn: str) -> None:
             "step": 2,
             "name": "start_child:leaf",
             "type": "leaf",
-            "input": None,
-            "key": None,
+            "inputs": [None],
+            "keys": [None],
+            "many": False,
             "priority": None,
             "timeout": None,
             "timeout_error": None,
             "started": None,
         }
-        one = conn.execute(q("worker.start_child"), params).fetchone()
-        two = conn.execute(q("worker.start_child"), params).fetchone()
+        one = conn.execute(q("worker.start_children"), params).fetchone()
+        two = conn.execute(q("worker.start_children"), params).fetchone()
         assert one == two and one is not None and one[0] == "done"
         row = conn.execute("SELECT count(*) FROM workflows WHERE parent_id = %s", (wid,)).fetchone()
         assert row == (1,)

@@ -62,7 +62,7 @@ class Journal(Protocol):
         """The current time, by the database's clock where there is one."""
 
     def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
-        """Run coordination step ``number`` (``op``: recv, join, start_child, set_event) and
+        """Run coordination step ``number`` (``op``: recv, join, start_children, set_event) and
         return the output it checkpointed (decoded JSON); raise Parked when the workflow must
         wait (a message, children). The output and the step's effect commit together."""
 
@@ -210,21 +210,27 @@ class Context:
     ) -> str:
         """Start a child workflow and return its id. Checkpointed: a replay returns the same id
         and never starts a second child. Its deadline is at most this workflow's."""
-        from wfctl.validate import check_int, check_key, check_type, encode_input
+        params = _children(workflow_type, [input], [key], priority, timeout)
+        return str(
+            self._coordinate("start_children", f"start_child:{workflow_type}", {**params, "many": False})
+        )
 
-        check_type(workflow_type)
-        check_key(key)
-        check_int(priority, "priority")
-        seconds = timeout_seconds(timeout, "child timeout")
-        params = {
-            "type": workflow_type,
-            "input": encode_input(input),
-            "key": key,
-            "priority": priority,
-            "timeout": seconds,
-            "timeout_error": timeout_message(timeout, seconds),
-        }
-        return str(self._coordinate("start_child", f"start_child:{workflow_type}", params))
+    def start_children(
+        self,
+        workflow_type: str,
+        inputs: list[Any],
+        *,
+        keys: list[str | None] | None = None,
+        priority: int | None = None,
+        timeout: str | float | timedelta | None = None,
+    ) -> list[str]:
+        """Start one child per input, all in one step (one transaction: a fan-out of thousands
+        costs one round trip), and return their ids in input order."""
+        if keys is not None and len(keys) != len(inputs):
+            raise InvalidInput(f"start_children: {len(keys)} keys for {len(inputs)} inputs")
+        params = _children(workflow_type, list(inputs), keys or [None] * len(inputs), priority, timeout)
+        ids = self._coordinate("start_children", f"start_children:{workflow_type}", {**params, "many": True})
+        return [str(i) for i in ids]
 
     def wait(
         self, ids: str | UUID | list[str] | list[UUID], timeout: str | float | timedelta | None = None
@@ -306,6 +312,31 @@ class Context:
         return number
 
 
+def _children(
+    workflow_type: str,
+    inputs: list[Any],
+    keys: list[str | None],
+    priority: int | None,
+    timeout: str | float | timedelta | None,
+) -> dict[str, Any]:
+    """The parameters of a start_children step, checked."""
+    from wfctl.validate import check_int, check_key, check_type, encode_input
+
+    check_type(workflow_type)
+    for key in keys:
+        check_key(key)
+    check_int(priority, "priority")
+    seconds = timeout_seconds(timeout, "child timeout")
+    return {
+        "type": workflow_type,
+        "inputs": [encode_input(value) for value in inputs],
+        "keys": keys,
+        "priority": priority,
+        "timeout": seconds,
+        "timeout_error": timeout_message(timeout, seconds),
+    }
+
+
 def _check_label(value: object, what: str) -> None:
     if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
         raise InvalidInput(f"{what} must be a string of 1 to {MAX_TOPIC} characters, not {value!r:.60}")
@@ -368,14 +399,17 @@ class MemoryJournal:
         elif op == "set_event":
             self.events[params["key"]] = json.loads(params["value"])
             output = {"key": params["key"], "value": self.events[params["key"]]}
-        elif op == "start_child":
-            child = str(UUID(int=len(self.children) + 1))
-            self.children[child] = {
-                "type": params["type"],
-                "input": None if params["input"] is None else json.loads(params["input"]),
-                "status": "pending",
-            }
-            output = child
+        elif op == "start_children":
+            ids = []
+            for text in params["inputs"]:
+                child = str(UUID(int=len(self.children) + 1))
+                self.children[child] = {
+                    "type": params["type"],
+                    "input": json.loads(text),
+                    "status": "pending",
+                }
+                ids.append(child)
+            output = ids if params["many"] else ids[0]
         elif op == "join":
             found = [self.children.get(i, {"status": "missing"}) for i in params["ids"]]
             unfinished = sum(1 for c in found if c["status"] not in (*FINISHED, "missing"))

@@ -331,26 +331,18 @@ BEGIN
 END;
 $$;
 
--- ctx.start_child: insert the child (its deadline at most the parent's) and checkpoint its id.
--- With a key, an existing workflow of that key is the child (started once, ever).
-CREATE FUNCTION wfctl_start_child_step(p_id uuid, p_epoch bigint, p_attempt integer,
-                                       p_step integer, p_name text, p_type text, p_input jsonb,
-                                       p_key text, p_priority integer, p_timeout float8,
-                                       p_timeout_error text, p_started timestamptz,
-                                       OUT state text, OUT output jsonb)
-LANGUAGE plpgsql AS $$
+-- Insert children of wf, one per input (their deadline at most the parent's), and return their
+-- ids in input order. With a key, an existing workflow of that key is that child (started
+-- once, ever).
+CREATE FUNCTION wfctl_insert_children(wf workflows, p_type text, p_inputs jsonb[], p_keys text[],
+                                      p_priority integer, p_timeout float8, p_timeout_error text)
+RETURNS uuid[] LANGUAGE plpgsql AS $$
 DECLARE
-    wf workflows;
-    child_id uuid;
     own_deadline timestamptz;
     deadline timestamptz;
     deadline_message text;
+    new_ids uuid[];
 BEGIN
-    SELECT * INTO wf FROM workflows WHERE id = p_id FOR NO KEY UPDATE;
-    SELECT b.state, b.output INTO state, output FROM wfctl_step_begin(wf, p_epoch, p_step) b;
-    IF state <> 'ok' THEN
-        RETURN;
-    END IF;
     own_deadline := CASE WHEN p_timeout IS NULL THEN NULL
                          ELSE now() + make_interval(secs => p_timeout) END;
     IF wf.deadline_at IS NOT NULL AND (own_deadline IS NULL OR wf.deadline_at < own_deadline) THEN
@@ -361,16 +353,45 @@ BEGIN
         deadline := own_deadline;
         deadline_message := p_timeout_error;
     END IF;
-    INSERT INTO workflows (workflow_type, input_data, idempotency_key, priority, max_retries,
+    new_ids := ARRAY(SELECT gen_random_uuid() FROM generate_series(1, cardinality(p_inputs)));
+    INSERT INTO workflows (id, workflow_type, input_data, idempotency_key, priority, max_retries,
                            parent_id, deadline_at, deadline_error)
-    VALUES (p_type, p_input, p_key, coalesce(p_priority, wf.priority), NULL, p_id, deadline,
-            deadline_message)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id INTO child_id;
-    IF child_id IS NULL THEN
-        SELECT id INTO child_id FROM workflows WHERE idempotency_key = p_key;
+    SELECT new_ids[i.ord], p_type, i.input, p_keys[i.ord], coalesce(p_priority, wf.priority),
+           NULL, wf.id, deadline, deadline_message
+    FROM unnest(p_inputs) WITH ORDINALITY AS i(input, ord)
+    ORDER BY i.ord
+    ON CONFLICT (idempotency_key) DO NOTHING;
+    -- a new statement: it sees what this one inserted and a keyed workflow committed meanwhile
+    RETURN ARRAY(
+        SELECT coalesce(mine.id, keyed.id)
+        FROM generate_subscripts(new_ids, 1) AS n(ord)
+        LEFT JOIN workflows mine ON mine.id = new_ids[n.ord]
+        LEFT JOIN workflows keyed ON keyed.idempotency_key = p_keys[n.ord] AND mine.id IS NULL
+        ORDER BY n.ord);
+END;
+$$;
+
+-- ctx.start_child and ctx.start_children: insert the children and checkpoint their ids (one
+-- id, or the list of them: p_many).
+CREATE FUNCTION wfctl_start_children_step(p_id uuid, p_epoch bigint, p_attempt integer,
+                                          p_step integer, p_name text, p_type text,
+                                          p_inputs jsonb[], p_keys text[], p_priority integer,
+                                          p_timeout float8, p_timeout_error text, p_many boolean,
+                                          p_started timestamptz,
+                                          OUT state text, OUT output jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    wf workflows;
+    ids uuid[];
+BEGIN
+    SELECT * INTO wf FROM workflows WHERE id = p_id FOR NO KEY UPDATE;
+    SELECT b.state, b.output INTO state, output FROM wfctl_step_begin(wf, p_epoch, p_step) b;
+    IF state <> 'ok' THEN
+        RETURN;
     END IF;
-    output := to_jsonb(child_id::text);
+    ids := wfctl_insert_children(wf, p_type, p_inputs, p_keys, p_priority, p_timeout,
+                                 p_timeout_error);
+    output := CASE WHEN p_many THEN to_jsonb(ids::text[]) ELSE to_jsonb(ids[1]::text) END;
     PERFORM wfctl_step_done(p_id, p_epoch, p_attempt, p_step, p_name, output, p_started);
     state := 'done';
 END;
@@ -415,8 +436,9 @@ BEGIN
         'wfctl_step_park(uuid, bigint, integer, text, timestamptz, text, uuid[], integer)',
         'wfctl_recv_step(uuid, bigint, integer, integer, text, text, float8, timestamptz)',
         'wfctl_join_step(uuid, bigint, integer, integer, text, uuid[], float8, timestamptz)',
-        'wfctl_start_child_step(uuid, bigint, integer, integer, text, text, jsonb, text, '
-            'integer, float8, text, timestamptz)',
+        'wfctl_insert_children(workflows, text, jsonb[], text[], integer, float8, text)',
+        'wfctl_start_children_step(uuid, bigint, integer, integer, text, text, jsonb[], text[], '
+            'integer, float8, text, boolean, timestamptz)',
         'wfctl_set_event_step(uuid, bigint, integer, integer, text, text, jsonb, timestamptz)'
     ] LOOP
         EXECUTE format('ALTER FUNCTION %I.%s SET search_path = %I, pg_temp', here, fn, here);

@@ -245,11 +245,12 @@ SELECT state, output
 FROM wfctl_join_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(ids)s::uuid[],
                      %(timeout)s::float8, %(started)s);
 
--- name: start_child
+-- name: start_children
+-- ctx.start_child / ctx.start_children: the children inserted and their ids checkpointed.
 SELECT state, output
-FROM wfctl_start_child_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(type)s,
-                            %(input)s::jsonb, %(key)s, %(priority)s::int, %(timeout)s::float8,
-                            %(timeout_error)s, %(started)s);
+FROM wfctl_start_children_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(type)s,
+                               %(inputs)s::jsonb[], %(keys)s::text[], %(priority)s::int,
+                               %(timeout)s::float8, %(timeout_error)s, %(many)s, %(started)s);
 
 -- name: set_event
 SELECT state, output

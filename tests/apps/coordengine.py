@@ -82,3 +82,13 @@ def _nap(seconds: float) -> float:
 def held(ctx: wfctl.Context, data: dict[str, Any]) -> str:
     ctx.step("hold", gate, str(ctx.workflow_id), "hold", 1)
     return "released"
+
+
+@wfctl.workflow("bulk", max_retries=0)
+def bulk(ctx: wfctl.Context, data: dict[str, Any]) -> int:
+    ids = ctx.start_children(
+        "leaf",
+        [{"n": n} for n in range(data["n"])],
+        keys=[f"{ctx.workflow_id}-{n}" for n in range(data["n"])],
+    )
+    return sum(ctx.wait(ids))

@@ -1,4 +1,4 @@
-"""Coordination steps (ctx.recv, ctx.wait, ctx.start_child, ctx.set_event) as database calls.
+"""Coordination steps (ctx.recv, ctx.wait, ctx.start_child(ren), ctx.set_event) as database calls.
 
 Unlike a checkpoint, such a step must read before it writes (is there a message? have the
 children finished?), and the answer decides between checkpointing and parking. Each is one SQL
@@ -19,7 +19,7 @@ import psycopg
 from wfctl.queries import q
 
 #: The coordination steps there are (op names).
-OPS = ("recv", "join", "start_child", "set_event")
+OPS = ("recv", "join", "start_children", "set_event")
 
 
 def statement(op: str) -> str:
@@ -28,8 +28,8 @@ def statement(op: str) -> str:
         return q("worker.recv")
     if op == "join":
         return q("worker.join")
-    if op == "start_child":
-        return q("worker.start_child")
+    if op == "start_children":
+        return q("worker.start_children")
     if op == "set_event":
         return q("worker.set_event")
     raise ValueError(f"unknown coordination step {op!r}")

@@ -260,6 +260,9 @@ def duration_rows() -> list[Row]:
         ("workers", ("workers",), "--stale", "invalid --stale"),
         ("metrics", ("metrics",), "--since", "invalid --since"),
         ("metrics", ("metrics",), "--stale", "invalid --stale"),
+        ("submit", ("submit", "three", "{}"), "--timeout", "invalid --timeout"),
+        ("wait", ("wait", "<pending>"), "--timeout", "invalid --timeout"),
+        ("event", ("event", "<pending>", "stage"), "--wait", "invalid --wait"),
     ]
     for command, args, option, fragment in options:
         extra = ("--older-than", "30d") if command == "prune" and option != "--older-than" else ()
@@ -324,6 +327,9 @@ def no_schema_rows() -> list[Row]:
         ("prune", "--older-than", "30d"),
         ("workers",),
         ("metrics",),
+        ("send", wid, "approval", "{}"),
+        ("event", wid, "stage"),
+        ("wait", wid),
     ]
     rows = [Row(f"no-schema-{c[0]}", (*c, *D), NO_SCHEMA, 5, db="empty") for c in commands]
     rows.append(
@@ -348,6 +354,84 @@ def no_schema_rows() -> list[Row]:
         )
     )
     return rows
+
+
+def coordination_rows() -> list[Row]:
+    """`wfctl send`, `event`, `wait` and `submit --timeout`: refused before anything is stored (a
+    send to an unknown or finished workflow stores no message; a wait marks nothing awaited)."""
+    send = ("send", "<pending>", "approval")
+    rows = [
+        Row("send-id-unknown", ("send", "<missing>", "approval", "{}", *D), "no workflow", 6),
+        *[
+            Row(
+                f"send-to-{s}",
+                ("send", f"<{s}>", "approval", "{}", *D),
+                f"is {s}: it takes no more messages",
+                7,
+            )
+            for s in ("completed", "failed", "cancelled")
+        ],
+        Row("send-json-malformed", (*send, "{bad", *D), "malformed JSON payload", 2),
+        Row("send-json-nan", (*send, '{"a": NaN}', *D), "message payload cannot be stored", 2),
+        Row("send-json-over-limit", (*send, BIG, *D), f"over the limit of {MAX_INPUT_BYTES} bytes", 2),
+        Row("send-topic-151", ("send", "<pending>", "t" * 151, "{}", *D), "1 to 150 characters", 2),
+        Row("send-topic-empty", ("send", "<pending>", "", "{}", *D), "1 to 150 characters", 2),
+        Row("send-key-201", (*send, "{}", "--key", "k" * 201, *D), "1 to 200 characters", 2),
+        Row(
+            "send-key-not-utf8",
+            (*send, "{}", "--key", "k\udcff", *D),
+            "idempotency key is not valid UTF-8",
+            2,
+        ),
+        Row("send-id-is-sql", ("send", "'; DELETE FROM workflows; --", "approval", *D), NOT_UUID, 2),
+        Row("event-key-151", ("event", "<pending>", "k" * 151, *D), "1 to 150 characters", 2),
+        Row("event-id-unknown", ("event", "<missing>", "stage", *D), "no workflow", 6),
+        Row("event-id-unknown-wait", ("event", "<missing>", "stage", "--wait", "5s", *D), "no workflow", 6),
+        Row("event-not-set", ("event", "<pending>", "stage", *D), "has not set event 'stage'", 6),
+        Row(
+            "event-finished-never-set",
+            ("event", "<completed>", "stage", "--wait", "30s", *D),
+            "is completed and never set event 'stage'",
+            6,
+        ),
+        Row("wait-id-unknown", ("wait", "<missing>", *D), "no workflow", 6),
+        Row("wait-id-unknown-timeout", ("wait", "<missing>", "--timeout", "5s", *D), "no workflow", 6),
+        Row("wait-timeout-minus-1s", ("wait", "<pending>", "--timeout", "-1s", *D), "invalid --timeout", 2),
+        Row("event-wait-minus-5s", ("event", "<pending>", "stage", "--wait", "-5s", *D), "invalid --wait", 2),
+        Row(
+            "submit-timeout-zero",
+            ("submit", "three", "{}", "--timeout", "0s", *D),
+            "must be greater than zero",
+            2,
+        ),
+        Row(
+            "submit-timeout-minus-1m",
+            ("submit", "three", "{}", "--timeout", "-1m", *D),
+            "invalid --timeout",
+            2,
+        ),
+        Row(
+            "submit-file-timeout-zero",
+            ("submit", "three", "--input-file", "-", "--timeout", "0s", *D),
+            "must be greater than zero",
+            2,
+            stdin='{"n": 1}\n',
+        ),
+    ]
+    rows += [Row(f"{c}-id-not-uuid", (c, "12345", *a, *D), NOT_UUID, 2) for c, a in COORDINATION_ARGS]
+    rows += [
+        Row(
+            f"db-unreachable-{c}",
+            (c, str(uuid.UUID(int=1)), *a, "--dsn", "<unreachable>"),
+            "cannot connect",
+            4,
+        )
+        for c, a in COORDINATION_ARGS
+    ]
+    return rows
+
+
+COORDINATION_ARGS = (("send", ("approval", "{}")), ("event", ("stage",)), ("wait", ()))
 
 
 ROWS: list[Row] = [
@@ -484,6 +568,8 @@ ROWS: list[Row] = [
     Row(
         "retry-from-step-zero", ("retry", "<failed>", "--from-step", "0", *D), "--from-step counts from 1", 2
     ),
+    # -- coordination (issue 13): send, event, wait, submit --timeout --
+    *coordination_rows(),
     # -- issue 10: input as the user gave it, and hostile input --
     Row(
         "input-non-ascii-counts-user-bytes",  # item 13: 600 KB of UTF-8, 1.8 MB once escaped

@@ -32,6 +32,9 @@ EXPECTED: dict[str, frozenset[str]] = {
     "cancel": ALL,
     "retry": ALL,
     "prune": ALL,
+    "send": ALL,
+    "event": ALL,
+    "wait": ALL,
     "demo": NO_JSON,  # a guided tour for people
     "db status": ALL,
     "db url": NO_JSON,  # stdout is the DSN alone

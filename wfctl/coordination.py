@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
@@ -20,7 +21,8 @@ from psycopg import errors as pg_errors
 
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
-from wfctl.context import MAX_TOPIC, timeout_seconds
+from wfctl.context import MAX_TOPIC
+from wfctl.durations import timeout_seconds
 from wfctl.errors import (
     InvalidInput,
     InvalidState,
@@ -31,12 +33,12 @@ from wfctl.errors import (
 )
 from wfctl.queries import q
 from wfctl.validate import check_key, encode_input
+from wfctl.words import CANCELLED, COMPLETED, FAILED, FINISHED
 
 T = TypeVar("T")
-FINISHED = ("completed", "failed", "cancelled")
 RECHECK = 5.0  # with notifications, re-read anyway this often (a notification is never relied on alone)
-POLL_MAX = 1.0
-MAX_MESSAGE_KEY = 200  # without notifications: the longest pause between reads
+POLL_MAX = 1.0  # without notifications: the longest pause between reads
+MAX_MESSAGE_KEY = 200  # characters of a message's idempotency key (workflow_messages' check)
 
 
 def workflow_uuid(value: UUID | str) -> UUID:
@@ -52,6 +54,14 @@ def check_label(value: object, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
         raise InvalidInput(f"{what} must have 1 to {MAX_TOPIC} characters, not {str(value)[:40]!r}")
     return value
+
+
+def check_message(topic: object, key: str | None) -> None:
+    """A message's topic (1 to 150 characters) and key (None, or 1 to 200 characters)."""
+    check_label(topic, "a message topic")
+    check_key(key)
+    if key is not None and not 1 <= len(key) <= MAX_MESSAGE_KEY:
+        raise InvalidInput(f"a message key must have 1 to {MAX_MESSAGE_KEY} characters, not {key[:40]!r}")
 
 
 @contextmanager
@@ -74,6 +84,15 @@ def _message(exc: psycopg.Error) -> str:
     return diag or str(exc).strip().splitlines()[0]
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What ``send_json`` did: the message's id, and whether this call stored it (False: its key
+    was used before, and ``id`` is the earlier message's)."""
+
+    id: int
+    created: bool
+
+
 def send(
     conn_or_dsn: psycopg.Connection[Any] | str,
     workflow_id: UUID | str,
@@ -87,16 +106,40 @@ def send(
     stores nothing. In the connection's transaction when there is one (it is delivered when that
     commits: an outbox). An unknown workflow raises ``NotFound``, a finished one ``InvalidState``;
     nothing is stored then."""
-    wid = workflow_uuid(workflow_id)
-    check_label(topic, "a message topic")
-    check_key(key)
-    if key is not None and not 1 <= len(key) <= MAX_MESSAGE_KEY:
-        raise InvalidInput(f"a message key must have 1 to {MAX_MESSAGE_KEY} characters")
     encoded = None if payload is None else encode_input(payload, "message payload")
+    return send_json(conn_or_dsn, workflow_id, topic, encoded, key=key).id
+
+
+def send_json(
+    conn_or_dsn: psycopg.Connection[Any] | str,
+    workflow_id: UUID | str,
+    topic: str,
+    payload_json: str | None,
+    *,
+    key: str | None = None,
+) -> Sent:
+    """``send`` of a payload that is JSON text already checked (``encode_input``, or the CLI's
+    ``parse_input``; None: no payload), saying whether a message was stored. A keyed send runs
+    in one transaction (the caller's, when there is one): the key looked up first, then
+    ``wfctl_send``, then whether the message it returned was written by this transaction (a
+    concurrent send with the same key may have stored it in between)."""
+    wid = workflow_uuid(workflow_id)
+    check_message(topic, key)
+    params = {"id": wid, "topic": topic, "payload": payload_json, "key": key}
     with _connection(conn_or_dsn) as conn, _errors():
-        row = conn.execute(
-            q("coordination.send"), {"id": wid, "topic": topic, "payload": encoded, "key": key}
-        ).fetchone()
+        if key is None:
+            return Sent(_send(conn, params), created=True)
+        with conn.transaction() if conn.autocommit else nullcontext():
+            earlier = conn.execute(q("coordination.send_key_used"), params).fetchone()
+            message = _send(conn, params)
+            if earlier is not None:
+                return Sent(message, created=False)
+            row = conn.execute(q("coordination.sent_now"), {"message": message}).fetchone()
+    return Sent(message, created=bool(row and row[0]))
+
+
+def _send(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
+    row = conn.execute(q("coordination.send"), params).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -131,6 +174,8 @@ def get_event(
         done, value = _await(conn, wid, seconds, read, watch=True)
     if done:
         return value
+    if not seconds:
+        return _missing(default, f"workflow {wid} has not set event {key!r}")
     return _missing(default, f"workflow {wid} did not set event {key!r} within {seconds:g}s", timeout=True)
 
 
@@ -157,11 +202,11 @@ def result(
         if row is None:
             raise NotFound(f"no workflow {wid}")
         status, output, error = row
-        if status == "completed":
+        if status == COMPLETED:
             return True, output
-        if status == "failed":
+        if status == FAILED:
             raise WorkflowFailed(wid, error)
-        if status == "cancelled":
+        if status == CANCELLED:
             raise WorkflowCancelled(wid, error)
         return False, None
 

@@ -32,3 +32,12 @@ SELECT w.status, e.value, e.workflow_id IS NOT NULL AS found
 FROM workflows w
 LEFT JOIN workflow_events e ON e.workflow_id = w.id AND e.key = %(key)s
 WHERE w.id = %(id)s;
+
+-- name: send_key_used
+-- The message an earlier send with this key stored (wfctl_send then returns it again).
+SELECT id FROM workflow_messages WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
+
+-- name: sent_now
+-- Whether this transaction wrote the message wfctl_send returned (false: a concurrent send
+-- with the same key stored it first).
+SELECT xmin = pg_current_xact_id()::xid FROM workflow_messages WHERE id = %(message)s;

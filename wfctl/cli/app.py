@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from wfctl import __version__, exits
-from wfctl.cli import completion, demo, inspect, manage, render, setup, submit, worker
+from wfctl.cli import completion, coordination, demo, inspect, manage, render, setup, submit, worker
 from wfctl.cli import db as db_commands
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
@@ -140,6 +140,7 @@ setup.register(app)
 submit.register(app)
 worker.register(app)
 manage.register(app)
+coordination.register(app)
 inspect.register(app)
 demo.register(app)
 completion.register(app)

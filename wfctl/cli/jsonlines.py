@@ -26,17 +26,15 @@ _LINE_READ = MAX_INPUT_BYTES + len(_BOM) + 2 + 1
 _JSON_WHITESPACE = " \t\r\n"
 
 
-def parse_input(text: str) -> str:
+def parse_input(text: str, where: str = "workflow input", label: str = "JSON input") -> str:
     """Validate one JSON document given on the command line; return the JSON text to store.
-    The size limit counts ``text`` itself, in UTF-8."""
-    where = "workflow input"
-    check_input_size(text, "JSON input")
+    The size limit counts ``text`` itself, in UTF-8. ``where`` and ``label`` name the value in
+    messages (``wfctl send`` parses a "message payload", its "JSON payload")."""
+    check_input_size(text, label)
     try:
         value = load_json(text, where)
     except json.JSONDecodeError as exc:
-        raise InvalidInput(
-            f"malformed JSON input: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        raise InvalidInput(f"malformed {label}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     return encode_value(value, where)
 
 

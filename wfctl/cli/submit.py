@@ -40,6 +40,14 @@ def submit(
         str | None, typer.Option("--delay", help="Start no earlier than this from now (10m, 2h).")
     ] = None,
     priority: Annotated[int, typer.Option("--priority", help="Higher runs first.")] = 0,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            help='Deadline from now (30m, 1h): past it the run fails with "timed out after 1h".',
+            show_default=False,
+        ),
+    ] = None,
     max_retries: Annotated[
         int | None,
         typer.Option("--max-retries", help="Retries after the first attempt (default: the type's)."),
@@ -71,6 +79,9 @@ def submit(
     if strict and force:
         raise InvalidInput("--strict and --force contradict each other: give one")
     delay_value = parse_duration(delay, what="--delay") if delay is not None else None
+    if timeout is not None:  # checked here for the option's name; the library keeps the text
+        parse_duration(timeout, what="--timeout", allow_zero=False)
+        timeout = timeout.strip()
     if input_file is None:
         single = jsonlines.parse_input(input_json) if input_json is not None else "null"
         with session.connect() as conn:
@@ -83,6 +94,7 @@ def submit(
                 delay=delay_value,
                 priority=priority,
                 max_retries=max_retries,
+                timeout=timeout,
             )
             if not done.created:
                 render.notice(
@@ -100,7 +112,7 @@ def submit(
         spool = jsonlines.read_jsonl(stream, source)  # every line checked before anything is stored
     with spool, session.connect() as conn:
         unknown = None if force else _unknown_type(conn, workflow_type, strict=strict)
-        ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries)
+        ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries, timeout)
     if unknown and ids:
         render.warn(unknown)
     if session.json:
@@ -155,13 +167,20 @@ def _submit_batches(
     delay: timedelta | None,
     priority: int,
     max_retries: int | None,
+    timeout: str | None,
 ) -> list[UUID]:
     ids: list[UUID] = []
     with conn.transaction(), render.progress("submitting", total=inputs.count) as advance:
         for chunk in inputs.batches(SUBMIT_BATCH, SUBMIT_BATCH_BYTES):
             ids.extend(
                 client.submit_many(
-                    conn, workflow_type, chunk, delay=delay, priority=priority, max_retries=max_retries
+                    conn,
+                    workflow_type,
+                    chunk,
+                    delay=delay,
+                    priority=priority,
+                    max_retries=max_retries,
+                    timeout=timeout,
                 )
             )
             advance(len(chunk))

@@ -77,21 +77,26 @@ def test_burst_waits_for_a_short_sleep(workers, dsn):
 
 def test_outlook_decisions():
     moment = datetime(2026, 12, 2, 12, 3, 10, tzinfo=UTC)
-    nothing = Outlook(None, 0, None, None, 0, 0, None)
+    nothing = Outlook(None, 0, None, None, 0, 0, 0, None)
     assert wait_seconds(nothing) is None
     assert leaving(nothing, 10) == "burst: no runnable work left; exiting"
-    soon = Outlook(0.7, 0, None, None, 0, 0, None)
+    soon = Outlook(0.7, 0, None, None, 0, 0, 0, None)
     assert wait_seconds(soon) == 0.7
-    assert wait_seconds(Outlook(-0.2, 0, None, None, 0, 0, None)) == 0.0  # due already
-    three = Outlook(None, 3, moment, moment, 0, 0, None)
+    assert wait_seconds(Outlook(-0.2, 0, None, None, 0, 0, 0, None)) == 0.0  # due already
+    three = Outlook(None, 3, moment, moment, 0, 0, 0, None)
     assert leaving(three, 10) == (
         "burst: no runnable work left; exiting, leaving 3 workflow(s) of its types wait beyond "
         "--burst-wait 10s (due at 2026-12-02T12:03:10Z)"
     )
-    many = Outlook(None, 0, None, None, 9, 7, ["a", "b", "c", "d", "e"])
+    many = Outlook(None, 0, None, None, 0, 9, 7, ["a", "b", "c", "d", "e"])
     assert leaving(many, 600).endswith("9 pending workflow(s) of types it does not run (a, b, c, d, e, ...)")
-    assert leaving(Outlook(None, 1, moment, moment + timedelta(hours=1), 0, 0, None), 60).endswith(
+    assert leaving(Outlook(None, 1, moment, moment + timedelta(hours=1), 0, 0, 0, None), 60).endswith(
         "--burst-wait 1m (due at 2026-12-02T12:03:10Z)"
+    )
+    parked = Outlook(None, 0, None, None, 4, 0, 0, None)
+    assert leaving(parked, 10) == (
+        "burst: no runnable work left; exiting, leaving 4 workflow(s) of its types parked on a "
+        "message or on child workflows"
     )
 
 

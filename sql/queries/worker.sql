@@ -211,17 +211,20 @@ UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
 -- A --burst worker with nothing runnable: is work of its types due within the horizon
 -- (%(horizon)s seconds: a retry backing off, a short sleep, a short --delay)? Then it waits for
 -- it (next_due_in seconds); otherwise it exits and says what it leaves behind: the pending
--- workflows of its types due later, and those of types it does not run.
+-- workflows of its types due later, those parked on a message or on children (they run when
+-- woken), and those of types it does not run.
 SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_end) - now())::float8
            AS next_due_in,
-       count(*) FILTER (WHERE mine AND run_at > horizon_end) AS later,
-       min(run_at) FILTER (WHERE mine AND run_at > horizon_end) AS later_first,
-       max(run_at) FILTER (WHERE mine AND run_at > horizon_end) AS later_last,
+       count(*) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later,
+       min(run_at) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later_first,
+       max(run_at) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later_last,
+       count(*) FILTER (WHERE mine AND run_at > horizon_end AND waiting) AS waiting,
        count(*) FILTER (WHERE NOT mine) AS other_types,
        count(DISTINCT workflow_type) FILTER (WHERE NOT mine) AS other_type_count,
        (array_agg(DISTINCT workflow_type) FILTER (WHERE NOT mine))[1:5] AS other_type_names
 FROM (
     SELECT w.run_at, w.workflow_type, w.workflow_type = ANY(%(types)s::text[]) AS mine,
+           coalesce(w.wait_kind IN ('message', 'children'), false) AS waiting,
            now() + make_interval(secs => %(horizon)s::float8) AS horizon_end
     FROM workflows w
     WHERE w.status = 'pending'

@@ -28,6 +28,7 @@ class Outlook:
     later: int  # its types' workflows due after the horizon...
     later_first: datetime | None  # ...the first of them...
     later_last: datetime | None  # ...and the last
+    waiting: int  # its types' workflows parked on a message or on children (beyond the horizon)
     other_types: int  # pending workflows of types this worker does not run...
     other_type_count: int  # ...how many types those are...
     other_type_names: list[str] | None  # ...and the first five of them
@@ -60,6 +61,8 @@ def leaving(found: Outlook, horizon: float) -> str:
             f"{found.later} workflow(s) of its types wait beyond --burst-wait "
             f"{seconds_text(horizon) if horizon else '0s'} ({when})"
         )
+    if found.waiting:
+        parts.append(f"{found.waiting} workflow(s) of its types parked on a message or on child workflows")
     if found.other_types:
         names = ", ".join(found.other_type_names or [])
         more = ", ..." if found.other_type_count > len(found.other_type_names or []) else ""

@@ -2,8 +2,8 @@
 _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
-    local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "init" "list" "metrics" "prune" "recover" "retry" "show" "stats" "submit" "worker" "workers")
-    local takes_value=" --app --burst-wait --concurrency --config --delay --dsn --from-step --grace --grant --health-file --health-host --health-port --heartbeat --input-file --key --limit --log-format --max-retries --missed-beats --older-than --orders --output --poll --priority --reason --schema --since --stale --status --type --types -c -o "
+    local -a known=("cancel" "completion" "db" "db start" "db status" "db stop" "db url" "demo" "event" "init" "list" "metrics" "prune" "recover" "retry" "send" "show" "stats" "submit" "wait" "worker" "workers")
+    local takes_value=" --app --burst-wait --concurrency --config --delay --dsn --from-step --grace --grant --health-file --health-host --health-port --heartbeat --input-file --key --limit --log-format --max-retries --missed-beats --older-than --orders --output --poll --priority --reason --schema --since --stale --status --timeout --type --types --wait -c -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -22,7 +22,7 @@ _wfctl() {
     esac
     local opts="" cmds=""
     case "$path" in
-        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo init list metrics prune recover retry show stats submit worker workers" ;;
+        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo event init list metrics prune recover retry send show stats submit wait worker workers" ;;
         "cancel") opts="--reason --dsn --config --json --help -h"; cmds="" ;;
         "completion") opts="--help -h"; cmds="" ;;
         "db") opts="--help -h"; cmds="start status stop url" ;;
@@ -31,15 +31,18 @@ _wfctl() {
         "db stop") opts="--config --help -h"; cmds="" ;;
         "db url") opts="--dsn --config --reveal --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
+        "event") opts="--wait --dsn --config --json --help -h"; cmds="" ;;
         "init") opts="--grant --schema --dsn --config --json --help -h"; cmds="" ;;
-        "list") opts="--status --type --since --limit --dsn --config --json --help -h"; cmds="" ;;
+        "list") opts="--status --type --since --limit --waiting --dsn --config --json --help -h"; cmds="" ;;
         "metrics") opts="--stale --since --output -o --dsn --config --json --help -h"; cmds="" ;;
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;
         "recover") opts="--stale --dry-run --force --dsn --config --json --help -h"; cmds="" ;;
         "retry") opts="--from-step --dsn --config --json --help -h"; cmds="" ;;
+        "send") opts="--key --dsn --config --json --help -h"; cmds="" ;;
         "show") opts="--traceback --dsn --config --json --help -h"; cmds="" ;;
         "stats") opts="--since --stale --type --dsn --config --json --help -h"; cmds="" ;;
-        "submit") opts="--input-file --key --delay --priority --max-retries --strict --dsn --config --json --help -h"; cmds="" ;;
+        "submit") opts="--input-file --key --delay --priority --timeout --max-retries --strict --dsn --config --json --help -h"; cmds="" ;;
+        "wait") opts="--timeout --dsn --config --json --help -h"; cmds="" ;;
         "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --burst-wait --missed-beats --no-sweep --health-port --health-host --health-file --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
         "workers") opts="--stale --dsn --config --json --help -h"; cmds="" ;;
     esac

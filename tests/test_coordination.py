@@ -327,3 +327,30 @@ def test_a_burst_worker_leaves_parked_workflows_and_says_so(dsn: str, workers) -
     assert parked(dsn, wid, "message")
     assert "1 workflow(s) of its types parked on a message or on child workflows" in log
     assert "wait beyond" not in log  # not reported as due in the year 9999
+
+
+def test_waiting_for_a_workflow_that_is_not_a_child_fails_the_run_instead_of_sleeping(
+    dsn: str, workers
+) -> None:
+    workers.start(app=APP)
+    stranger = wfctl.submit(dsn, "inbox", {"count": 1})  # parks, never finishes on its own
+    waiter = wfctl.submit(dsn, "stranger_wait", {"id": str(stranger)})
+    with pytest.raises(wfctl.WorkflowFailed, match="not: " + str(stranger)):
+        wfctl.result(dsn, waiter, timeout=30)
+    assert rows(dsn, "SELECT attempt FROM workflows WHERE id = %s", waiter) == [(1,)]  # not retried
+
+
+def test_a_child_types_own_timeout_applies_when_shorter_than_its_parents(dsn: str, workers) -> None:
+    workers.start(app=APP)
+    parent = wfctl.submit(dsn, "short_child_parent", None, timeout="1h")
+    output = wfctl.result(dsn, parent, timeout=30)
+    assert output["status"] == "failed" and output["error"] == "timed out after 1s"
+
+
+def test_cancelling_a_finished_parent_changes_nothing(dsn: str, workers) -> None:
+    workers.start("--types", "orphaner", app=APP)
+    parent = wfctl.submit(dsn, "orphaner", None)
+    assert wfctl.result(dsn, parent, timeout=30) == "left a child running"
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(wfctl.InvalidState):
+        wfctl.control.cancel(conn, parent)
+    assert rows(dsn, "SELECT status FROM workflows WHERE parent_id = %s", parent) == [("pending",)]

@@ -292,7 +292,7 @@ def plan_indexes(conn, name: str, params: dict) -> set[str]:
         ("reports.stuck", {"stale": STALE, "workflow_type": None}, {"workflows_running_owner_idx"}),
         (
             "reports.list_workflows",
-            {"status": "failed", "workflow_type": None, "since": None, "limit": 50},
+            {"status": "failed", "workflow_type": None, "since": None, "limit": 50, "waiting": False},
             {"idx_workflows_status"},
         ),
     ],

@@ -3,7 +3,9 @@
 Submits a few dozen orders of the built-in ``demo-order`` workflow, one whose email step fails
 once (retried with backoff) and one whose worker is killed with SIGKILL in the middle of a step
 (the other worker notices the missed heartbeats, requeues the dead worker's runs itself and
-finishes them: no ``wfctl recover`` involved), and runs workers until all of them are done.
+finishes them: no ``wfctl recover`` involved), and a ``demo-bulk-order`` that checks stock in ten
+warehouses as child workflows, joins them, and waits parked for an approval, which the demo
+sends with ``wfctl send`` as a user would; it runs workers until all of them are done.
 Everything it creates stays in the database for ``stats``, ``list`` and ``show``.
 """
 
@@ -22,11 +24,13 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import client, validate
+from wfctl import client, coordination, validate
 from wfctl.queries import q
 
 APP = "wfctl.demo_app"
 TYPE = "demo-order"
+BULK_TYPE = "demo-bulk-order"
+APPROVAL = '{"approved_by": "manager"}'
 TIMEOUT = 120.0
 
 Say = Callable[[str], None]
@@ -37,6 +41,8 @@ class DemoResult:
     ids: list[UUID]
     flaky: UUID
     crashed: UUID
+    bulk: UUID  # the order that fanned out to stock checks and waited for an approval
+    checks: int  # its child workflows
     requeued: int  # runs the killed worker held, requeued by the other worker's sweep...
     requeued_after: float  # ...this many seconds after the kill
     seconds: float
@@ -135,6 +141,8 @@ def run(
         ).id
         everyone.append(flaky)
         say(f"submitted order {flaky}, whose mail server times out on the first try")
+        bulk, checks = _bulk_order(conn, dsn, say)
+        everyone.append(bulk)
         _wait("every order to finish", lambda: _finished(conn, everyone) == len(everyone))
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=60)
@@ -142,7 +150,47 @@ def run(
         for worker in (first, second):
             if worker is not None and worker.poll() is None:
                 worker.kill()
-    return DemoResult(everyone, flaky, crashed, held, after, time.monotonic() - began)
+    return DemoResult(everyone, flaky, crashed, bulk, checks, held, after, time.monotonic() - began)
+
+
+def _bulk_order(conn: psycopg.Connection[Any], dsn: str, say: Say) -> tuple[UUID, int]:
+    """Submit the bulk order, let it fan out and join, then send the approval it parks for with
+    ``wfctl send``, the command a user or a script would run. Returns its id and how many
+    child workflows it started."""
+    bulk = client.submit_one(
+        conn, BULK_TYPE, validate.encode_input({"amount": 4800, "sku": "SKU-BULK", "units": 400})
+    ).id
+    say(
+        f"submitted bulk order {bulk}: it checks stock in every warehouse, one child workflow "
+        "each, waits for all of them, then waits for a manager's approval"
+    )
+    _wait("the bulk order to wait for its approval", lambda: _waiting_for(conn, bulk) == "message")
+    stock = coordination.get_event(conn, bulk, "stock")
+    row = conn.execute(q("demo.parks"), {"id": bulk}).fetchone()
+    joined = (
+        "the last one to finish woke it, once"
+        if row and row[0] >= 2
+        else "they were all done before it had to wait"
+    )
+    say(
+        f"its {stock['warehouses']} stock checks are done ({stock['units']} units in stock; "
+        f"{joined}); now it waits parked on the topic 'approval', holding no worker slot"
+    )
+    command = ["wfctl", "send", str(bulk), "approval", APPROVAL]
+    sent = subprocess.run(
+        [sys.executable, "-m", *command],
+        env={**os.environ, "WFCTL_DSN": dsn},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    if sent.returncode != 0:
+        raise RuntimeError(f"`wfctl send` failed ({sent.returncode}): {sent.stderr.strip()}")
+    say(f"sent the approval: {' '.join(command[:-1])} '{APPROVAL}'")
+    for line in (sent.stdout + sent.stderr).splitlines():
+        say(f"  {line.removeprefix('wfctl: ')}")
+    return bulk, int(stock["warehouses"])
 
 
 def _finished(conn: psycopg.Connection[Any], ids: list[UUID]) -> int:
@@ -167,6 +215,11 @@ def _wait_for_id(conn: psycopg.Connection[Any], pid: int) -> str:
 def _held(conn: psycopg.Connection[Any], owner: str) -> int:
     row = conn.execute(q("demo.held"), {"owner": owner}).fetchone()
     return int(row[0]) if row else 0
+
+
+def _waiting_for(conn: psycopg.Connection[Any], wid: UUID) -> str | None:
+    row = conn.execute(q("demo.waiting_for"), {"id": wid}).fetchone()
+    return row[0] if row else None
 
 
 def _step(conn: psycopg.Connection[Any], wid: UUID) -> int:

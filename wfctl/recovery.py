@@ -5,6 +5,7 @@ runs whose deadline passed (``expire``), which both do too."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,6 +54,13 @@ def expire(conn: psycopg.Connection[Any]) -> list[Expired]:
             found.extend(batch)
             if len(batch) < EXPIRE_BATCH:
                 return found
+
+
+def expire_due(conn: psycopg.Connection[Any], requeued: Sequence[UUID] = ()) -> list[Expired]:
+    """What ``expire`` would fail now, changing nothing (``wfctl recover --dry-run``); with
+    ``requeued``, the runs a recover would requeue before it expires (they count as pending)."""
+    with conn.cursor(row_factory=class_row(Expired)) as cur:
+        return cur.execute(q("recovery.expire_due"), {"requeued": list(requeued)}).fetchall()
 
 
 @dataclass(frozen=True)

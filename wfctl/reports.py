@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -26,6 +26,7 @@ from wfctl.durations import interval_text
 from wfctl.errors import InvalidInput, NotFound
 from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
+from wfctl.waits import WAIT_KINDS, by_status, is_waiting, waiting_for
 from wfctl.words import PENDING, RUNNING, STATUSES, check_status, parse_id
 
 Row = dict[str, Any]
@@ -58,11 +59,23 @@ class StatsReport:
         return not self.success_rate
 
 
+#: How many of the newest messages ``show`` lists one by one (every topic is counted).
+SHOW_MESSAGES = 100
+
+
 @dataclass(frozen=True)
 class WorkflowDetail:
-    workflow: Row
+    workflow: Row  # with waiting_for (wfctl.waits), parent_id and the deadline
     steps: list[Row]
     attempts: list[Row]  # every execution, oldest first (workflow_attempts)
+    children: list[Row] = field(default_factory=list)  # every child workflow, oldest first
+    events: list[Row] = field(default_factory=list)  # the latest value of each key
+    message_topics: list[Row] = field(default_factory=list)  # per topic: unconsumed, consumed
+    messages: list[Row] = field(default_factory=list)  # the newest SHOW_MESSAGES, newest first
+
+    @property
+    def children_by_status(self) -> dict[str, int]:
+        return by_status(self.children)
 
 
 def _rows(
@@ -221,26 +234,43 @@ def list_workflows(
     workflow_type: str | None = None,
     since: timedelta | None = None,
     limit: int = 50,
+    waiting: bool = False,
 ) -> list[Row]:
-    """Workflows newest first, optionally of one status and type, created within ``since``."""
+    """Workflows newest first, optionally of one status and type, created within ``since``;
+    with ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says
+    what it waits for (``waiting_for``, None when it is not parked)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
+    if status is not None:
+        check_status(status)
+    if waiting and status not in (None, PENDING):
+        raise InvalidInput(
+            f"--waiting lists parked workflows, which are {PENDING}: it cannot be combined with "
+            f"--status {status}"
+        )
     params = {
-        "status": check_status(status) if status is not None else None,
+        "status": PENDING if waiting else status,
         "workflow_type": workflow_type,
         "since": _positive(since, "the window") if since is not None else None,
         "limit": limit,
+        "waiting": waiting,
     }
     with _snapshot(conn):
         rows = _rows(conn, "reports.list_workflows", params)
-        served = live_types(conn) if any(r["status"] == PENDING for r in rows) else set()
+        for row in rows:
+            waiting_for(row)
+        backlog = any(r["status"] == PENDING and not is_waiting(r) for r in rows)
+        served = live_types(conn) if backlog else set()
     for row in rows:  # a pending run of a type no live worker runs: nobody will claim it now
-        row["no_live_worker"] = row["status"] == PENDING and row["workflow_type"] not in served
+        row["no_live_worker"] = (
+            row["status"] == PENDING and not is_waiting(row) and row["workflow_type"] not in served
+        )
     return rows
 
 
 def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
-    """One workflow's row, its steps in order and its attempts; NotFound when there is no such id."""
+    """One workflow's row (with what it waits for, its parent and deadline), its steps in order,
+    its attempts, its children, events and messages; NotFound when there is no such id."""
     ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
     with _snapshot(conn):
         try:
@@ -251,6 +281,7 @@ def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
             return _detail(conn, ident, json_loads=_readable_json)
         values = [detail.workflow["input_data"], detail.workflow["output_data"]]
         values += [s["output_data"] for s in detail.steps]
+        values += [e["value"] for e in detail.events]
         if any(_deeper_than(v, SHOW_JSON_DEPTH) for v in values):  # too deep to draw
             return _detail(conn, ident, json_loads=_readable_json)
         return detail
@@ -262,9 +293,18 @@ def _detail(
     found = _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads)
     if not found:
         raise NotFound(f"no workflow with id {ident}")
-    steps = _rows(conn, "reports.workflow_steps", {"id": ident}, json_loads=json_loads)
-    attempts = _rows(conn, "reports.workflow_attempts", {"id": ident})
-    return WorkflowDetail(workflow=found[0], steps=steps, attempts=attempts)
+    workflow = found[0]
+    waiting_for(workflow)
+    by_id = {"id": ident}
+    return WorkflowDetail(
+        workflow=workflow,
+        steps=_rows(conn, "reports.workflow_steps", by_id, json_loads=json_loads),
+        attempts=_rows(conn, "reports.workflow_attempts", by_id),
+        children=_rows(conn, "reports.workflow_children", by_id),
+        events=_rows(conn, "reports.workflow_events", by_id, json_loads=json_loads),
+        message_topics=_rows(conn, "reports.workflow_message_topics", by_id),
+        messages=_rows(conn, "reports.workflow_messages", {**by_id, "limit": SHOW_MESSAGES}),
+    )
 
 
 def workers(conn: Conn, *, stale: timedelta | None = None) -> list[Row]:
@@ -277,6 +317,7 @@ def metric_families(conn: Conn, *, stale: timedelta | None = None, since: timede
     """What ``wfctl metrics`` exposes, read in one snapshot."""
     with _snapshot(conn):
         counts = _rows(conn, "reports.workflow_counts", label_translation())
+        parked = _rows(conn, "reports.waiting_counts", label_translation())
         pending = _rows(conn, "reports.oldest_pending")[0]
         stuck_rows = stuck(conn, stale=stale)
         worker_rows = workers(conn, stale=stale)
@@ -290,6 +331,7 @@ def metric_families(conn: Conn, *, stale: timedelta | None = None, since: timede
             "Workflows running now (all types).",
             (Sample(sum(r["workflows"] for r in counts if r["status"] == RUNNING)),),
         ),
+        _waiting_family(counts, parked),
         Family(
             "wfctl_workflows_stuck",
             "gauge",
@@ -333,6 +375,24 @@ def _workflow_family(counts: list[Row]) -> Family:
             Sample(by_key.get((kind, status), 0), {"workflow_type": kind, "status": status})
             for kind in types
             for status in STATUSES
+        ),
+    )
+
+
+def _waiting_family(counts: list[Row], parked: list[Row]) -> Family:
+    """Every type in the database (as wfctl_workflows has it) times every wait kind, zeros
+    explicit, so that a series exists before its first waiting workflow."""
+    by_key = {(r["workflow_type"], r["kind"]): int(r["workflows"]) for r in parked}
+    types = sorted({r["workflow_type"] for r in counts} | {r["workflow_type"] for r in parked})
+    return Family(
+        "wfctl_workflows_waiting",
+        "gauge",
+        "Workflows parked on a wait and not yet due, by type and what they wait for (kind: sleep, "
+        "message, children); wfctl_workflows counts them as pending.",
+        tuple(
+            Sample(by_key.get((kind, wait), 0), {"workflow_type": kind, "kind": wait})
+            for kind in types
+            for wait in WAIT_KINDS
         ),
     )
 

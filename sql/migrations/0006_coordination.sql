@@ -90,6 +90,8 @@ CREATE CONSTRAINT TRIGGER workflow_messages_wake AFTER INSERT ON workflow_messag
 -- A child that finishes (completed, failed, cancelled, timed out) counts down its parent's
 -- wait; the last one wakes it, once.
 CREATE FUNCTION wfctl_child_finished() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    remaining integer;
 BEGIN
     PERFORM 1 FROM workflows WHERE id = NEW.parent_id FOR NO KEY UPDATE;
     UPDATE workflows p
@@ -97,8 +99,9 @@ BEGIN
         run_at = CASE WHEN p.wait_remaining <= 1 THEN now() ELSE p.run_at END,
         updated_at = now()
     WHERE p.id = NEW.parent_id AND p.status = 'pending' AND p.wait_kind = 'children'
-      AND NEW.id = ANY (p.wait_ids);
-    IF FOUND THEN
+      AND NEW.id = ANY (p.wait_ids)
+    RETURNING p.wait_remaining INTO remaining;
+    IF remaining <= 0 THEN  -- the last one: wake a worker (not for every countdown)
         PERFORM pg_notify(wfctl_channel(), '');
     END IF;
     RETURN NULL;
@@ -300,6 +303,7 @@ DECLARE
     wf workflows;
     deadline timestamptz;
     unfinished integer;
+    strangers text;
 BEGIN
     SELECT * INTO wf FROM workflows WHERE id = p_id FOR NO KEY UPDATE;
     SELECT b.state, b.output INTO state, output FROM wfctl_step_begin(wf, p_epoch, p_step) b;
@@ -307,6 +311,17 @@ BEGIN
         RETURN;
     END IF;
     deadline := wfctl_wait_deadline(wf, p_step, p_timeout);
+    -- only a child's completion counts the wait down: an unfinished workflow that is not a
+    -- child of this one would never wake it
+    SELECT string_agg(c.id::text, ', ') INTO strangers FROM workflows c
+    WHERE c.id = ANY (p_ids) AND c.parent_id IS DISTINCT FROM p_id
+      AND c.status NOT IN ('completed', 'failed', 'cancelled');
+    IF strangers IS NOT NULL THEN
+        state := 'refused';
+        output := to_jsonb('ctx.wait waits for this workflow''s own children, and these '
+                           || 'unfinished workflows are not: ' || strangers);
+        RETURN;
+    END IF;
     SELECT count(*) INTO unfinished FROM workflows c
     WHERE c.id = ANY (p_ids) AND c.status NOT IN ('completed', 'failed', 'cancelled');
     IF unfinished = 0 THEN

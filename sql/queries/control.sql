@@ -19,6 +19,9 @@ old AS MATERIALIZED (
     SELECT w.id, w.status, w.lease_owner, w.lease_epoch, tree.depth
     FROM workflows w JOIN tree ON tree.id = w.id
     WHERE w.status IN ('pending', 'running')
+      -- a finished workflow: nothing at all is cancelled (its unfinished children stay)
+      AND EXISTS (SELECT 1 FROM workflows r WHERE r.id = %(id)s::uuid
+                  AND r.status IN ('pending', 'running'))
     ORDER BY w.id
     FOR UPDATE OF w
 ),
@@ -55,7 +58,8 @@ UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
     updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
     output_data = NULL, deadline_at = NULL, deadline_error = NULL, wait_kind = NULL,
-    wait_step = NULL, wait_deadline = NULL,
+    wait_step = NULL, wait_deadline = NULL, wait_topic = NULL, wait_ids = NULL,
+    wait_remaining = NULL,
     current_step = coalesce((SELECT max(s.step_number) FROM workflow_steps s
                              WHERE s.workflow_id = w.id AND s.status = 'completed'), 0)
 WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')

@@ -18,3 +18,11 @@ SELECT count(*) AS held FROM workflows WHERE lease_owner = %(owner)s AND status 
 
 -- name: current_step
 SELECT current_step, status FROM workflows WHERE id = %(id)s;
+
+-- name: waiting_for
+-- What a parked workflow waits for ('sleep', 'message', 'children'; NULL: not parked).
+SELECT wait_kind FROM workflows WHERE id = %(id)s AND status = 'pending';
+
+-- name: parks
+-- How many of a workflow's executions ended parked (waiting for children, a message, a sleep).
+SELECT count(*) AS parks FROM workflow_attempts WHERE workflow_id = %(id)s AND outcome = 'parked';

@@ -127,3 +127,13 @@ SET status = 'failed', finished_at = now(), updated_at = now(),
 FROM due
 WHERE w.id = due.id AND w.status = 'pending'
 RETURNING w.id, w.workflow_type, w.error_message;
+
+-- name: expire_due
+-- What expire would fail, for `recover --dry-run`: nothing is changed. %(requeued)s: the runs
+-- the same recover would requeue first (pending by the time expire runs).
+SELECT id, workflow_type, coalesce(deadline_error, 'timed out') AS error_message
+FROM workflows
+WHERE status IN ('pending', 'running')
+  AND (status = 'pending' OR id = ANY (%(requeued)s::uuid[]))
+  AND deadline_at IS NOT NULL AND deadline_at <= now()
+ORDER BY deadline_at, id;

@@ -26,6 +26,13 @@
 -- rule the sweep live workers run (sql/queries/recovery.sql) judges them by.
 -- An optional filter is written "%(x)s::type IS NULL OR col = %(x)s": wfctl sends each of these
 -- once per connection, so the server plans it with the value known and drops the unused branch.
+-- Waiting (migration 0006): a workflow parked on a wait (ctx.recv, ctx.wait, ctx.sleep) is
+-- 'pending' with wait_kind set and run_at at its wake-up time (the year 9999 without one). It
+-- is waiting while that run_at is ahead ("status = 'pending' AND wait_kind IS NOT NULL AND
+-- run_at > now()"): no worker can take it, so stats counts it apart from the pending backlog,
+-- and it is never stuck (stuck runs are 'running'). Once woken (a message came, the last child
+-- finished, the sleep or the wait's timeout is over) run_at has come: it is runnable, backlog
+-- like any pending run, until a worker claims it (the claim clears wait_kind).
 -- Label values of `wfctl metrics` are grouped as they will be written: translate(x,
 -- %(controls)s, %(pictures)s) replaces the control characters the exposition format cannot
 -- carry (wfctl/prometheus.py), and a NULL step name is the empty one, so no series comes twice.
@@ -43,18 +50,21 @@ SELECT now() AS as_of;
 -- durations (time in steps, see the top of this file) of the finished runs that were claimed
 -- (completed, failed, cancelled while running) and stored a step. One row per workflow first
 -- (grouped by its primary key, its other columns come along), its steps read as one range.
+-- pending is the backlog (queued, backing off, woken); waiting, the parked runs (see the top).
 SELECT workflow_type,
        count(*) AS total,
        count(*) FILTER (WHERE status = 'completed') AS completed,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'pending') AS pending,
+       count(*) FILTER (WHERE status = 'pending' AND NOT waiting) AS pending,
+       count(*) FILTER (WHERE waiting) AS waiting,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        round(100.0 * count(*) FILTER (WHERE status = 'completed') / count(*), 1) AS success_pct,
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p50_seconds,
        round(percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p95_seconds
 FROM (
     SELECT w.workflow_type, w.status,
+           w.status = 'pending' AND w.wait_kind IS NOT NULL AND w.run_at > now() AS waiting,
            CASE WHEN w.started_at IS NOT NULL AND w.finished_at IS NOT NULL
                 THEN sum(date_part('epoch', s.completed_at - s.started_at)) END AS run_seconds
     FROM workflows w
@@ -156,6 +166,8 @@ ORDER BY workflow_type, step_name;
 -- name: list_workflows
 -- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
 -- of idx_workflows_status (status, created_at) when a status is given, so LIMIT stops early.
+-- %(waiting)s: only the waiting ones (`list --waiting`; the caller gives status 'pending').
+-- The wait_* columns say what a parked run waits for (wait_state: waiting, woken, or NULL).
 SELECT id,
        workflow_type,
        status,
@@ -169,11 +181,21 @@ SELECT id,
           FROM workflow_steps s
          WHERE s.workflow_id = w.id) AS duration_seconds,
        lease_owner,
-       error_message
+       error_message,
+       CASE WHEN status = 'pending' AND wait_kind IS NOT NULL
+            THEN CASE WHEN run_at > now() THEN 'waiting' ELSE 'woken' END END AS wait_state,
+       wait_kind,
+       wait_topic,
+       wait_remaining,
+       cardinality(wait_ids) AS wait_total,
+       CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END AS wait_until,
+       round(extract(epoch FROM CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END
+                                - now())::numeric, 3) AS wait_seconds_left
 FROM workflows w
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
   AND (%(since)s::interval IS NULL OR created_at > now() - %(since)s::interval)
+  AND (NOT %(waiting)s::bool OR (wait_kind IS NOT NULL AND run_at > now()))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
@@ -201,9 +223,55 @@ SELECT id,
        input_data,
        output_data,
        error_message,
-       error_traceback
+       error_traceback,
+       parent_id,
+       deadline_at,
+       deadline_error,
+       round(extract(epoch FROM deadline_at - now())::numeric, 3) AS deadline_seconds_left,
+       CASE WHEN status = 'pending' AND wait_kind IS NOT NULL
+            THEN CASE WHEN run_at > now() THEN 'waiting' ELSE 'woken' END END AS wait_state,
+       wait_kind,
+       wait_topic,
+       wait_remaining,
+       cardinality(wait_ids) AS wait_total,
+       CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END AS wait_until,
+       round(extract(epoch FROM CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END
+                                - now())::numeric, 3) AS wait_seconds_left
 FROM workflows w
 WHERE id = %(id)s;
+
+-- name: workflow_children
+-- The child workflows of one workflow (ctx.start_child), oldest first (workflows_parent_idx).
+SELECT id, workflow_type, status, created_at, finished_at
+FROM workflows
+WHERE parent_id = %(id)s
+ORDER BY created_at, id;
+
+-- name: workflow_events
+-- The events one workflow published (ctx.set_event): the latest value of each key.
+SELECT key, value, step_number, updated_at
+FROM workflow_events
+WHERE workflow_id = %(id)s
+ORDER BY key;
+
+-- name: workflow_message_topics
+-- The messages sent to one workflow, per topic: how many wait to be received, how many were.
+SELECT topic,
+       count(*) FILTER (WHERE consumed_at IS NULL) AS unconsumed,
+       count(*) FILTER (WHERE consumed_at IS NOT NULL) AS consumed,
+       max(created_at) AS last_sent_at
+FROM workflow_messages
+WHERE workflow_id = %(id)s
+GROUP BY topic
+ORDER BY topic;
+
+-- name: workflow_messages
+-- The newest %(limit)s messages sent to one workflow (not their payloads), newest first.
+SELECT id, topic, created_at, consumed_at, consumed_step
+FROM workflow_messages
+WHERE workflow_id = %(id)s
+ORDER BY id DESC
+LIMIT %(limit)s;
 
 -- name: workflow_attempts
 -- Every execution of one workflow (workflow_attempts), oldest first: worker, start, end, how it
@@ -311,3 +379,17 @@ SELECT count(*) AS runnable,
        coalesce(round(extract(epoch FROM now() - min(run_at))::numeric, 3), 0) AS oldest_pending_age_seconds
 FROM workflows
 WHERE status = 'pending' AND run_at <= now();
+
+-- name: waiting_counts
+-- The waiting workflows (see the top) by type (as its label value) and what they wait for.
+SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS workflow_type,
+       wait_kind AS kind,
+       sum(workflows)::bigint AS workflows
+FROM (
+    SELECT workflow_type, wait_kind, count(*) AS workflows
+    FROM workflows
+    WHERE status = 'pending' AND wait_kind IS NOT NULL AND run_at > now()
+    GROUP BY workflow_type, wait_kind
+) AS parked
+GROUP BY 1, wait_kind
+ORDER BY 1, wait_kind;

@@ -43,10 +43,15 @@ claimed AS (
         lease_epoch = w.lease_epoch + 1,
         max_retries = coalesce(w.max_retries, p.max_retries),
         -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit
-        deadline_at = CASE WHEN w.deadline_at IS NULL AND w.started_at IS NULL AND p.timeout IS NOT NULL
+        -- (or its parent's, or the submit's: the earlier wins)
+        deadline_at = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
+                            AND (w.deadline_at IS NULL
+                                 OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
                            THEN w.created_at + make_interval(secs => p.timeout)
                            ELSE w.deadline_at END,
-        deadline_error = CASE WHEN w.deadline_at IS NULL AND w.started_at IS NULL AND p.timeout IS NOT NULL
+        deadline_error = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
+                               AND (w.deadline_at IS NULL
+                                    OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
                               THEN p.timeout_error ELSE w.deadline_error END,
         wait_kind = NULL,
         started_at = coalesce(w.started_at, now()),

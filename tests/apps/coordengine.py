@@ -92,3 +92,27 @@ def bulk(ctx: wfctl.Context, data: dict[str, Any]) -> int:
         keys=[f"{ctx.workflow_id}-{n}" for n in range(data["n"])],
     )
     return sum(ctx.wait(ids))
+
+
+@wfctl.workflow("stranger_wait", max_retries=3)
+def stranger_wait(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
+    return ctx.wait(data["id"])
+
+
+@wfctl.workflow("short_child", timeout="1s")
+def short_child(ctx: wfctl.Context, data: Any) -> None:
+    ctx.recv("never")
+
+
+@wfctl.workflow("short_child_parent", max_retries=0)
+def short_child_parent(ctx: wfctl.Context, data: Any) -> Any:
+    try:
+        return ctx.run_child("short_child")
+    except wfctl.ChildFailed as exc:
+        return {"status": exc.status, "error": exc.error}
+
+
+@wfctl.workflow("orphaner", max_retries=0)
+def orphaner(ctx: wfctl.Context, data: Any) -> str:
+    ctx.start_child("leaf", {"n": 1})
+    return "left a child running"

@@ -43,6 +43,10 @@ def demo_command(
     render.stats_report(report, "24h", None)
     render.notice(f"look closer: wfctl show {outcome.crashed}   (the order whose worker was killed)")
     render.notice(f"             wfctl show {outcome.flaky}   (the order that failed once and was retried)")
+    render.notice(
+        f"             wfctl show {outcome.bulk}   (the bulk order: {outcome.checks} child workflows, "
+        "then an approval)"
+    )
 
 
 def register(app: typer.Typer) -> None:

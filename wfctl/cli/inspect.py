@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from wfctl import reports, validate, words
-from wfctl.cli import render
+from wfctl.cli import render, render_waits
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import InvalidInput
@@ -99,11 +99,19 @@ def list_workflows(
     limit: Annotated[
         int, typer.Option("--limit", min=1, max=reports.MAX_LIMIT, help="At most this many rows.")
     ] = 50,
+    waiting: Annotated[
+        bool,
+        typer.Option(
+            "--waiting",
+            help="Only workflows parked on a wait (a message, children, a sleep) and not yet due, "
+            "with what each waits for and the time left.",
+        ),
+    ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Workflows, newest first."""
+    """Workflows, newest first. A pending one parked on a wait shows as waiting."""
     window = _duration(since, "--since") if since is not None else None
     _type_filter(workflow_type)
     if status is not None:
@@ -111,14 +119,16 @@ def list_workflows(
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         rows = reports.list_workflows(
-            conn, status=status, workflow_type=workflow_type, since=window, limit=limit
+            conn, status=status, workflow_type=workflow_type, since=window, limit=limit, waiting=waiting
         )
     if session.json:
         render.print_json(rows)
+    elif rows and waiting:
+        render_waits.waiting_list(rows)
     elif rows:
         render.workflow_list(rows)
     else:
-        render.notice("no workflows match")
+        render.notice("no workflows waiting" if waiting else "no workflows match")
 
 
 def show(
@@ -130,15 +140,31 @@ def show(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """One workflow: its row, input, output and error, a timeline of its steps, its attempts."""
+    """One workflow: its row, what it waits for, its deadline, input, output and error, a
+    timeline of its steps, its attempts, its parent and children, its events and messages."""
     ident = words.parse_id(workflow_id)
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         detail = reports.show_workflow(conn, ident)
     if session.json:
-        render.print_json({"workflow": detail.workflow, "steps": detail.steps, "attempts": detail.attempts})
+        render.print_json(
+            {
+                "workflow": detail.workflow,
+                "steps": detail.steps,
+                "attempts": detail.attempts,
+                "children": [
+                    {"id": c["id"], "workflow_type": c["workflow_type"], "status": c["status"]}
+                    for c in detail.children
+                ],
+                "children_by_status": detail.children_by_status,
+                "events": detail.events,
+                "message_topics": detail.message_topics,
+                "messages": detail.messages,
+            }
+        )
     else:
-        render.workflow_detail(detail, traceback=traceback)
+        render.workflow_detail(detail, traceback=traceback, extra=render_waits.summary(detail))
+        render_waits.tables(detail)
 
 
 def workers(

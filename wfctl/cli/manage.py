@@ -19,21 +19,45 @@ def cancel(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Cancel a workflow: a pending one at once, a running one at its next step boundary."""
+    """Cancel a workflow and its unfinished descendants (child workflows, theirs, ...): pending
+    ones at once, running ones at their next step boundary."""
     session = Session.create(dsn, config, json)
     wid = words.parse_id(workflow_id)
     validate.check_text(reason, "--reason")
     with session.connect() as conn:
         done = control.cancel(conn, wid, reason)
     if session.json:
-        render.print_json({"id": str(wid), "previous_status": done.previous_status, "worker": done.worker})
-    elif done.previous_status == words.RUNNING:
+        render.print_json(
+            {
+                "id": str(wid),
+                "previous_status": done.previous_status,
+                "worker": done.worker,
+                "descendants": list(done.descendants),
+            }
+        )
+        return
+    if done.previous_status == words.RUNNING:
         render.notice(
-            f"cancelled {wid}: its worker {done.worker} stops it at the next step "
-            "boundary and commits nothing more for it"
+            f"cancelled {wid}{_descendants(done)}: its worker {done.worker} stops it at the next "
+            "step boundary and commits nothing more for it"
+        )
+    elif any(d.previous_status == words.RUNNING for d in done.descendants):
+        render.notice(
+            f"cancelled {wid} (it was pending){_descendants(done)}: their workers stop the running "
+            "ones at their next step boundary and commit nothing more for them"
         )
     else:
-        render.notice(f"cancelled {wid} (it was pending)")
+        render.notice(f"cancelled {wid} (it was pending){_descendants(done)}")
+
+
+def _descendants(done: control.Cancelled) -> str:
+    """`` and 12 unfinished descendants (11 pending, 1 running)``, or nothing."""
+    if not done.descendants:
+        return ""
+    statuses = [d.previous_status for d in done.descendants]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in words.STATUSES if s in statuses)
+    noun = "descendant" if len(statuses) == 1 else "descendants"
+    return f" and {len(statuses)} unfinished {noun} ({counts})"
 
 
 def retry(

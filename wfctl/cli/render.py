@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 
 from wfctl.durations import format_duration
 from wfctl.reports import StatsReport, WorkflowDetail
+from wfctl.waits import WAITING
 from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
@@ -218,6 +219,7 @@ SUCCESS_COLUMNS = (
     "failed",
     "running",
     "pending",
+    "waiting",
     "cancelled",
     "success",
     "p50",
@@ -264,6 +266,7 @@ def stats_report(report: StatsReport, since: str, stale: str | None) -> None:
                     _count(r["failed"], "bold red"),
                     r["running"],
                     r["pending"],
+                    r["waiting"],
                     r["cancelled"],
                     f"{r['success_pct']}%",
                     seconds(r["p50_seconds"]),
@@ -271,7 +274,7 @@ def stats_report(report: StatsReport, since: str, stale: str | None) -> None:
                 )
                 for r in report.success_rate
             ],
-            justify=["left", *[_NUM] * 9],
+            justify=["left", *[_NUM] * 10],
         )
     for r in report.unserved:
         notice(
@@ -358,8 +361,22 @@ def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
 def _list_status(row: dict[str, Any]) -> Text:
     """A list row's status; a pending run of a type no live worker runs says so."""
     if row.get("no_live_worker"):
-        return plain(f"{row['status']} (no live worker)", style=STATUS_STYLES.get(str(row["status"]), ""))
-    return styled(row["status"])
+        woken = " (woken)" if row.get("waiting_for") else ""
+        return plain(
+            f"{row['status']}{woken} (no live worker)", style=STATUS_STYLES.get(str(row["status"]), "")
+        )
+    return workflow_status(row)
+
+
+def workflow_status(row: dict[str, Any]) -> Text:
+    """The status ``show`` and ``list`` give a row: ``waiting`` while it is parked on a wait and
+    not due (wfctl.waits), ``pending (woken)`` once woken, else the stored status."""
+    found = row.get("waiting_for")
+    if found is None:
+        return styled(row["status"])
+    if found["state"] == WAITING:
+        return plain("waiting", style="yellow")
+    return plain(f"{row['status']} (woken)", style="yellow")
 
 
 def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int = TIMELINE_WIDTH) -> Text:
@@ -378,9 +395,11 @@ def _attempt(attempt: int, max_retries: int | None) -> str:
     return str(attempt) if max_retries is None else f"{attempt} of {1 + max_retries}"
 
 
-def workflow_detail(detail: WorkflowDetail, *, traceback: bool = False) -> None:
-    """The workflow's row, its input, output and error (with ``traceback``, the error's whole
-    traceback), the step timeline and its attempts."""
+def workflow_detail(
+    detail: WorkflowDetail, *, traceback: bool = False, extra: Sequence[tuple[str, Any]] = ()
+) -> None:
+    """The workflow's row (``extra`` lines after its status), its input, output and error (with
+    ``traceback``, the error's whole traceback), the step timeline and its attempts."""
     from rich.text import Text
 
     w = detail.workflow
@@ -389,13 +408,14 @@ def workflow_detail(detail: WorkflowDetail, *, traceback: bool = False) -> None:
         f"Workflow {w['id']}",
         [
             ("type", w["workflow_type"]),
-            ("status", styled(w["status"])),
+            ("status", workflow_status(w)),
+            *extra,
             ("attempt", _attempt(w["attempt"], w["max_retries"])),
             ("current step", w["current_step"]),
             ("priority", w["priority"]),
             ("idempotency key", w["idempotency_key"]),
             ("created", w["created_at"]),
-            ("run at", w["run_at"]),
+            ("run at", _run_at(w)),
             ("started", w["started_at"]),
             ("finished", w["finished_at"]),
             ("duration", seconds(w["duration_seconds"])),  # time in steps
@@ -433,6 +453,15 @@ def workflow_detail(detail: WorkflowDetail, *, traceback: bool = False) -> None:
         notice("no steps recorded yet")
     if detail.attempts:
         _attempts_table(detail.attempts)
+
+
+def _run_at(w: dict[str, Any]) -> Any:
+    """The row's run_at; for a parked run without a timeout (its run_at is the year 9999), when it
+    will run."""
+    found = w.get("waiting_for")
+    if found is not None and found["state"] == WAITING and found["until"] is None:
+        return "when woken (no timeout)"
+    return w["run_at"]
 
 
 def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:

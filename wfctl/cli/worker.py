@@ -174,17 +174,27 @@ def recover(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Requeue running workflows whose worker died (for cron: silent when there is nothing to do).
-    Live workers do this themselves (the sweep); this is for cron and for deployments without
-    long-lived workers."""
+    """Requeue running workflows whose worker died, and fail the pending ones whose deadline
+    passed (for cron: silent when there is nothing to do). Live workers do both themselves (the
+    sweep, the deadline duty); this is for cron and for deployments without long-lived workers."""
     session = Session.create(dsn, config, json)
     threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
     with session.connect() as conn:
         if not force:
             recovery.check_threshold(conn, threshold)
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
+        if dry_run:
+            expired = recovery.expire_due(conn, [r.id for r in rows if r.status == words.PENDING])
+        else:
+            expired = recovery.expire(conn)  # after the requeue: a requeued run past its deadline too
     if session.json:
-        render.print_json([{**r.__dict__, "dry_run": dry_run} for r in rows])
+        render.print_json(
+            [{"action": "recovered", **r.__dict__, "dry_run": dry_run} for r in rows]
+            + [
+                {"action": "expired", **e.__dict__, "status": words.FAILED, "dry_run": dry_run}
+                for e in expired
+            ]
+        )
         return
     for r in rows:
         verb = (
@@ -197,6 +207,9 @@ def recover(
             f"{verb} {r.id} {r.workflow_type} attempt={r.attempt} epoch={r.lease_epoch} "
             f"step={r.current_step} worker={r.previous_owner or '-'} last_heartbeat={seen}"
         )
+    for e in expired:
+        verb, outcome = ("would expire", "would fail") if dry_run else ("expired", "failed")
+        render.line(f'{verb} {e.id} {e.workflow_type}: past its deadline, {outcome} with "{e.error_message}"')
 
 
 def register(app: typer.Typer) -> None:

@@ -22,23 +22,24 @@ from wfctl.queries import q
 OPS = ("recv", "join", "start_children", "set_event")
 
 
-def statement(op: str) -> str:
-    """The statement (sql/queries/worker.sql) that runs ``op``."""
+def _run(conn: psycopg.Connection[Any], op: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run ``op``'s statement (sql/queries/worker.sql) and return its row."""
     if op == "recv":
-        return q("worker.recv")
+        return conn.execute(q("worker.recv"), params).fetchone()
     if op == "join":
-        return q("worker.join")
+        return conn.execute(q("worker.join"), params).fetchone()
     if op == "start_children":
-        return q("worker.start_children")
+        return conn.execute(q("worker.start_children"), params).fetchone()
     if op == "set_event":
-        return q("worker.set_event")
+        return conn.execute(q("worker.set_event"), params).fetchone()
     raise ValueError(f"unknown coordination step {op!r}")
 
 
 class Call:
     """One coordination step of one execution, fenced by ``epoch``. After ``wait()``: ``state``
-    is 'done' (``output`` is the checkpointed output), 'parked' or 'fenced'; or ``failure``
-    says the database refused it or could not be reached for good."""
+        is 'done' (``output`` is the checkpointed output), 'parked', 'fenced' or 'refused' (``output``
+    says why: the step can never succeed); or ``failure``
+        says the database refused it or could not be reached for good."""
 
     __slots__ = (
         "_done",
@@ -103,6 +104,6 @@ def execute(conn: psycopg.Connection[Any], call: Call) -> None:
     }
     if call.op == "join":
         params["ids"] = [UUID(i) for i in call.params["ids"]]
-    row = conn.execute(statement(call.op), params).fetchone()
+    row = _run(conn, call.op, params)
     assert row is not None
     call.resolve(row[0], row[1])

@@ -139,6 +139,9 @@ class Execution:
             self.terminal = False
             self._last_step = number
             return call.output
+        if call.state == "refused":  # the same call would be refused on every replay
+            self.terminal = False
+            raise PermanentError(str(call.output))
         if call.state == "parked":
             deadline = (call.output or {}).get("deadline") if isinstance(call.output, dict) else None
             what = (

@@ -1,5 +1,6 @@
-"""The stateful test of issue 9: random interleavings of everything that can happen to a
-workflow, against real worker processes, the real CLI and a real PostgreSQL.
+"""The stateful test of issue 9 (and of issue 13's coordination): random interleavings of
+everything that can happen to a workflow, against real worker processes, the real CLI and a
+real PostgreSQL.
 
 A Hypothesis ``RuleBasedStateMachine`` (``StatefulEngine``) drives worker processes
 (``python -m wfctl worker --app statefulflows`` from tests/apps, heartbeat 200ms, poll 100ms)
@@ -9,13 +10,27 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - ``begin`` (once, first): 1-2 workers (concurrency 1-3) and 2-4 workflows;
 - ``submit`` / ``submit_more``: an ``sf-flow`` workflow from Python, the CLI, ``wfctl_submit()``
   or a plain INSERT; with or without an idempotency key (three keys, so they repeat);
-  ``max_retries`` unset or 0-2. Its 1-4 steps each succeed, raise, ``sys.exit``, raise another
-  ``BaseException``, sleep durably (200ms, 500ms, 2s), hang on a gate file of their own, or have
-  a name the database would refuse (tests/apps/statefulflows.py);
-- ``cancel`` (any workflow), ``cancel_active`` (a running one by preference), ``retry`` (a failed
-  or cancelled one by preference; with and without ``--from-step``), ``cancel_then_retry`` (a
-  running or sleeping one, cancelled and retried at once, while its old execution may still be
-  inside a step or its sleep still ahead);
+  ``max_retries`` unset or 0-2; now and then a deadline (``timeout`` 1s or 2s on submit, so it
+  passes while the run runs, is parked or waits to be claimed). Its 1-4 steps each succeed,
+  raise, ``sys.exit``, raise another ``BaseException``, sleep durably (200ms, 500ms, 2s), hang on
+  a gate file of their own, have a name the database would refuse, or coordinate: ``ctx.recv``
+  on topic t0 or t1 (without a timeout, or 300ms, 1s), ``ctx.set_event("progress", n)``, or
+  ``ctx.start_child`` of 1-3 short children (which succeed, fail once or for good, sleep, wait
+  300ms for a message or publish an event; one step each, or all in one ``ctx.start_children``
+  step) and ``ctx.wait`` for them, catching ``ChildFailed`` or not (tests/apps/statefulflows.py);
+- ``submit_coordination``: a run with at least one of those coordination steps;
+- ``send``: a message ``{"n": k}`` (k unique) to a receiver (one time in ten an unknown id) via
+  ``wfctl.send``, ``wfctl_send()``, ``wfctl.send`` in a transaction that commits 30ms later or
+  rolls back, or ``wfctl send --json``; with or without a key (two, so they repeat);
+- ``send_to_waiting``: the same, on the topic a run is parked on now (else to a running
+  receiver): the wake-up path, racing the run's own look for a message and its park;
+- ``read_event``: ``wfctl.get_event`` or ``wfctl event`` (waiting 300ms or not) of a run that
+  publishes one: a value the run set, or nothing yet;
+- ``cancel`` (any workflow), ``cancel_active`` (a running one by preference), ``cancel_child``
+  (an unfinished child, a running one by preference), ``retry`` (a failed or cancelled one by
+  preference; with and without ``--from-step``), ``cancel_then_retry`` (a running or sleeping
+  one, cancelled and retried at once, while its old execution may still be inside a step or its
+  sleep still ahead);
 - ``recover --stale 1s|2s`` (as cron would); ``release_gate`` of one workflow;
 - ``kill_worker`` (SIGKILL), ``pause_worker`` (SIGSTOP), ``resume_worker`` (SIGCONT),
   ``start_worker`` (up to 3 live);
@@ -25,14 +40,18 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - ``compare_stuck_frozen``: SIGSTOP every worker, then the reference stuck query, ``recover
   --dry-run --stale X --json`` and the reference query again, then SIGCONT.
 
-Each step execution appends ``<id> <step> <kind> <attempt> <epoch> <nonce>`` to an effects log
-and returns its nonce, which becomes the checkpoint: a stored checkpoint names the execution
-that produced it. The epoch is read from the worker's execution object behind the context
-(statefulflows.epoch_of: not part of the workflow API; the test says so if it disappears).
-The test also installs, in its own database, an audit: two trigger-fed tables (sf_audit_*)
-recording every change of a workflow's status, epoch, attempt or max_retries (with its run_at
-and the transaction's now()), and every write or delete of a step row together with the
-workflow's status and epoch *as the writing statement sees them*.
+Children are never retried by the test (their parent's join recorded how they ended), but they
+are cancelled (``cancel_active``, or with their parent) and recovered like any run.
+
+Each step execution appends ``<id> <step> <kind> <attempt> <epoch> <nonce> <time> <pid>`` to
+an effects log and returns its nonce, which becomes the checkpoint: a stored checkpoint names
+the execution that produced it. The epoch is read from the worker's execution object behind
+the context (statefulflows.epoch_of: not part of the workflow API; the test says so if it
+disappears). The test also installs, in its own database, an audit: two trigger-fed tables
+(sf_audit_*) recording every change of a workflow's status, epoch, attempt or max_retries
+(with its run_at, its deadline and the transaction's now()), and every write or delete of a
+step row (with its name) together with the workflow's status and epoch *as the writing
+statement sees them*.
 
 Invariants, after every rule (cheap: one look at the tables, the audit and the log):
 
@@ -55,19 +74,48 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    (This once failed: a worker continued for a moment, wrote a checkpoint and was paused
    before its next beat; recover judged by the heartbeat alone. recover now also requires the
    run's own updated_at to be stale: tests/test_correctness.py keeps that case.)
+6. coordination, in one snapshot (``check_coordination``; the audit also records each step
+   row's name): every recv step write that took a message names one of the run's messages on
+   that topic and returned its payload; no message is taken by two step writes (across
+   epochs and retries); a message is consumed exactly when a step write took it, with that
+   write's step and epoch; per run and topic the consumed messages are the oldest (no consumed
+   message follows an unconsumed one; consumed in send order); a recv that timed out left no
+   message waiting that was sent a second before it gave up. Each start_child step write
+   names a child of that run, no child is named by two, and every child is named by one (no
+   orphan from a zombie epoch, no second child from a replay). An event's value is the one its
+   latest set_event step write set. No lost wake-up: a run parked on children counts exactly
+   its unfinished children (``wait_remaining``) and is runnable once none is left; a run parked
+   on a topic is runnable while a message waits there;
+7. at each send: the message stored is the one sent (id, workflow, topic, payload, key); a
+   resend with a used key returns the first message's id and stores nothing; a send refused
+   (an unknown id, a finished run) or rolled back stores nothing, and a refused one says so in
+   one line with its exit code through the CLI. An event read is a value the run set.
 
 After the run (teardown: every gate released, every worker continued, at least two live
-workers, ``wfctl recover --stale 1s`` every second, as cron would, until drained):
+workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
+parked on a topic where none waits, as the outside world would, until drained):
 
 1. every workflow is terminal within 45s (completed, failed or cancelled; every sleep is at
-   most 2s, so a parked run has woken and finished by then);
+   most 2s, so a parked run has woken and finished by then), children included;
 2. also: no step whose completed checkpoint was written under epoch e ran again under a later
    epoch granted before a ``retry --from-step`` deleted that checkpoint;
 3. also: every step row's epoch is one the workflow had, and every completed checkpoint is the
    nonce of an execution logged under the same epoch and attempt; a completed workflow has all
    its steps checkpointed, ``current_step`` at its last, and returned exactly their outputs;
-4. also: a ``failed`` workflow used all its attempts (``attempt == max_retries + 1``);
-5. also: ``recover --dry-run --json`` and the reference query both list nothing.
+   A completed run returned the payloads its recv steps took (None for a timeout), its event
+   counters, and per children item its children's outputs (or the first failed child, caught),
+   which are what those children (its start_child steps' ids, running the specs it gave) ended
+   with; its event is its last counter;
+4. also: a ``failed`` workflow used all its attempts (``attempt == max_retries + 1``), unless it
+   timed out, failed on an uncaught ``ChildFailed`` or a ``PermanentError`` (a child's);
+5. also: ``recover --dry-run --json`` and the reference query both list nothing;
+6. also: every invariant 6 once more;
+7. deadlines: a run with a deadline (never retried: a retry removes it) that ended more than
+   0.5s after it ended ``failed`` with its deadline's error (``timed out after 1s``, or its
+   parent's for a child), or ``cancelled``, or was ended by the execution that held it since
+   before the deadline (the end of a run is not a step boundary); none timed out early; and no
+   step function began more than 0.5s past the deadline, unless its worker was frozen (SIGSTOP)
+   between that execution's claim and the step (a freeze puts the worker's clock behind).
 
 A violation is recorded, not raised, and the teardown raises them all with a trace of what the
 test did (and where its files are): the number of rules an example runs, and what Hypothesis
@@ -117,8 +165,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -173,6 +223,7 @@ CREATE TABLE sf_audit_wf (
     current_step int,
     lease_owner text,
     run_at timestamptz,
+    deadline_at timestamptz,
     tx_now timestamptz NOT NULL DEFAULT now()  -- the writing transaction's now()
 );
 CREATE TABLE sf_audit_steps (
@@ -181,6 +232,7 @@ CREATE TABLE sf_audit_steps (
     at timestamptz NOT NULL DEFAULT clock_timestamp(),
     workflow_id uuid NOT NULL,
     step_number int NOT NULL,
+    step_name text,
     op text NOT NULL,
     status text,
     row_epoch bigint,
@@ -193,16 +245,16 @@ CREATE FUNCTION sf_audit_wf_fn() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO sf_audit_wf (workflow_id, op, new_status, new_epoch, new_attempt, max_retries,
-                                 current_step, lease_owner, run_at)
+                                 current_step, lease_owner, run_at, deadline_at)
         VALUES (NEW.id, TG_OP, NEW.status, NEW.lease_epoch, NEW.attempt, NEW.max_retries,
-                NEW.current_step, NEW.lease_owner, NEW.run_at);
+                NEW.current_step, NEW.lease_owner, NEW.run_at, NEW.deadline_at);
     ELSE
         INSERT INTO sf_audit_wf (workflow_id, op, old_status, new_status, old_epoch, new_epoch,
                                  old_attempt, new_attempt, max_retries, current_step, lease_owner,
-                                 run_at)
+                                 run_at, deadline_at)
         VALUES (NEW.id, TG_OP, OLD.status, NEW.status, OLD.lease_epoch, NEW.lease_epoch,
                 OLD.attempt, NEW.attempt, NEW.max_retries, NEW.current_step, NEW.lease_owner,
-                NEW.run_at);
+                NEW.run_at, NEW.deadline_at);
     END IF;
     RETURN NULL;
 END;
@@ -222,10 +274,10 @@ DECLARE
     r workflow_steps%ROWTYPE;
 BEGIN
     IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
-    INSERT INTO sf_audit_steps (workflow_id, step_number, op, status, row_epoch, row_attempt, output,
-                                wf_status, wf_epoch)
-    SELECT r.workflow_id, r.step_number, TG_OP, r.status, r.lease_epoch, r.attempt, r.output_data,
-           w.status, w.lease_epoch
+    INSERT INTO sf_audit_steps (workflow_id, step_number, step_name, op, status, row_epoch, row_attempt,
+                                output, wf_status, wf_epoch)
+    SELECT r.workflow_id, r.step_number, r.step_name, TG_OP, r.status, r.lease_epoch, r.attempt,
+           r.output_data, w.status, w.lease_epoch
     FROM (SELECT 1) AS one
     LEFT JOIN workflows w ON w.id = r.workflow_id;
     RETURN NULL;
@@ -236,8 +288,8 @@ CREATE TRIGGER sf_audit_steps_row AFTER INSERT OR UPDATE OR DELETE ON workflow_s
 """
 
 RESET_SQL = (
-    "TRUNCATE workflows, workflow_steps, workflow_attempts, workers, sf_audit_wf, sf_audit_steps "
-    "RESTART IDENTITY"
+    "TRUNCATE workflows, workflow_steps, workflow_attempts, workers, workflow_messages, workflow_events,"
+    " sf_audit_wf, sf_audit_steps RESTART IDENTITY"
 )
 
 
@@ -294,6 +346,8 @@ class Effect:
     attempt: int
     epoch: int | None
     nonce: str
+    at: float | None = None  # when the step function began (unix time)
+    pid: int | None = None  # the worker process that ran it
 
 
 def read_effects(path: Path) -> list[Effect]:
@@ -303,8 +357,11 @@ def read_effects(path: Path) -> list[Effect]:
     complete = text[: text.rfind("\n") + 1]
     out = []
     for line in complete.splitlines():
-        wid, step, kind, attempt, epoch, nonce = line.split(" ")
-        out.append(Effect(wid, int(step), kind, int(attempt), None if epoch == "?" else int(epoch), nonce))
+        wid, step, kind, attempt, epoch, nonce, *rest = line.split(" ")
+        at, pid = (float(rest[0]), int(rest[1])) if len(rest) == 2 else (None, None)
+        out.append(
+            Effect(wid, int(step), kind, int(attempt), None if epoch == "?" else int(epoch), nonce, at, pid)
+        )
     return out
 
 
@@ -367,8 +424,19 @@ class Restarter:
         # the restarted postmaster inherits pg_ctl's stdout: a file, never a pipe
         with tempfile.TemporaryFile("w+") as out:
             proc = subprocess.run(
-                [str(self.pg_ctl), "-D", str(self.data), "-l", str(log), "-m", "fast", "-w", "-t", "60",
-                 "restart"],
+                [
+                    str(self.pg_ctl),
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(log),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    "60",
+                    "restart",
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -421,8 +489,48 @@ class Wf:
     steps: list[list[Any]]
     max_retries: int | None  # as submitted; None: the type's policy (or the column default)
     via: str
+    timeout: str | None = None  # as submitted (the run's deadline from its submit)
 
 
+def engine_steps(spec: list[list[Any]]) -> list[tuple[str, int]]:
+    """Per engine step number (1, 2, ...) of an ``sf-flow`` run: what it is (effect, sleep,
+    recv, event, start_child, wait) and the index of its item in ``spec``."""
+    out: list[tuple[str, int]] = []
+    for index, (kind, arg) in enumerate(spec):
+        if kind == "children":
+            starts = 1 if arg[2] else len(arg[0])  # one start_children step, or a start_child each
+            out += [("start_child", index)] * starts + [("wait", index)]
+        elif kind in ("sleep", "recv", "event"):
+            out.append((kind, index))
+        else:
+            out.append(("effect", index))
+    return out
+
+
+TOPICS = ("t0", "t1")
+EVENT_KEY = "progress"  # statefulflows.EVENT_KEY
+CHILD_STEP = st.sampled_from(
+    [
+        ["ok", 0],
+        ["ok", 0],
+        ["raise", 1],
+        ["fatal", 0],
+        ["sleep", "200ms"],
+        ["recv", ["t0", "300ms"]],
+        ["event", 0],
+    ]
+)
+CHILD_SPEC = st.lists(CHILD_STEP, min_size=1, max_size=2)
+RECV = st.tuples(
+    st.just("recv"),
+    st.tuples(st.sampled_from(TOPICS), st.sampled_from([None, None, "300ms", "1s"])).map(list),
+).map(list)
+EVENT = st.just(["event", 0])
+CHILDREN = st.tuples(
+    st.just("children"),
+    st.tuples(st.lists(CHILD_SPEC, min_size=1, max_size=3), st.booleans(), st.booleans()).map(list),
+).map(list)
+COORD_STEP = st.one_of(RECV, RECV, EVENT, CHILDREN)
 STEP = st.one_of(
     st.just(["ok", 0]),
     st.just(["ok", 0]),
@@ -433,11 +541,19 @@ STEP = st.one_of(
     st.just(["gate", 0]),
     st.tuples(st.just("sleep"), st.sampled_from(["200ms", "500ms", "2s"])).map(list),
     st.just(["long", 0]),
+    COORD_STEP,
 )
 SPEC = st.lists(STEP, min_size=1, max_size=4)
+# a run with at least one coordination item (messages, events, children) among a few others
+COORD_SPEC = st.tuples(st.lists(STEP, max_size=2), COORD_STEP, st.lists(STEP, max_size=1)).map(
+    lambda t: [*t[0], t[1], *t[2]]
+)
 KEY = st.none() | st.sampled_from(["k0", "k1", "k2"])
 MAX_RETRIES = st.none() | st.integers(0, 2)
 VIA = st.sampled_from(["api", "api", "cli", "sql"])
+TIMEOUT = st.sampled_from([None, None, None, "1s", "2s"])  # a deadline on submit
+MESSAGE_KEY = st.sampled_from([None, None, "m0", "m0", "m1"])
+SEND_VIA = st.sampled_from(["api", "api", "sql", "tx", "rollback", "cli"])
 
 
 class StatefulEngine(RuleBasedStateMachine):
@@ -472,6 +588,9 @@ class StatefulEngine(RuleBasedStateMachine):
         self.violations: list[str] = []
         self.skipped_drain = False
         self.max_gap = 0.0
+        self.sends = 0  # payloads are {"n": <this counter>}: unique per send
+        self.message_keys: dict[tuple[str, str], int] = {}  # (workflow, key) -> the message's id
+        self.stops: list[list[Any]] = []  # [pid, SIGSTOP time, SIGCONT time or None]
         self._reset_database()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -534,13 +653,22 @@ class StatefulEngine(RuleBasedStateMachine):
         with open(log, "w") as out:
             proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "wfctl", "worker",
-                    "--app", "statefulflows",
-                    "--concurrency", str(concurrency),
-                    "--heartbeat", HEARTBEAT,
-                    "--poll", POLL,
-                    "--grace", "1s",
-                    "--log-format", "plain",
+                    sys.executable,
+                    "-m",
+                    "wfctl",
+                    "worker",
+                    "--app",
+                    "statefulflows",
+                    "--concurrency",
+                    str(concurrency),
+                    "--heartbeat",
+                    HEARTBEAT,
+                    "--poll",
+                    POLL,
+                    "--grace",
+                    "1s",
+                    "--log-format",
+                    "plain",
                 ],
                 cwd=APPS,
                 env=self.worker_env(),
@@ -569,28 +697,69 @@ class StatefulEngine(RuleBasedStateMachine):
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.send_signal(signum)
 
-    def _submit(self, steps: list[list[Any]], key: str | None, max_retries: int | None, via: str) -> list:
+    def _stop(self, worker: WorkerProc) -> None:
+        self._signal(worker, signal.SIGSTOP)
+        if worker.proc is not None:
+            self.stops.append([worker.proc.pid, time.time(), None])
+
+    def _cont(self, worker: WorkerProc) -> None:
+        self._signal(worker, signal.SIGCONT)
+        if worker.proc is not None:
+            for stop in self.stops:
+                if stop[0] == worker.proc.pid and stop[2] is None:
+                    stop[2] = time.time()
+
+    def _submit(
+        self,
+        steps: list[list[Any]],
+        key: str | None,
+        max_retries: int | None,
+        via: str,
+        timeout: str | None = None,
+    ) -> list:
         data = {"steps": steps}
         if self.skipping:
             if key is not None and key in self.keys:
                 return [self.keys[key]]
             wid = f"skipped-{len(self.model)}"
-            self.model[wid] = Wf(steps, max_retries, via)
+            self.model[wid] = Wf(steps, max_retries, via, timeout)
             if key is not None:
                 self.keys[key] = wid
             return [wid]
         if via == "api":
-            wid = str(wfctl.submit(self.dsn, TYPE, data, key=key, max_retries=max_retries))
+            wid = str(wfctl.submit(self.dsn, TYPE, data, key=key, max_retries=max_retries, timeout=timeout))
         elif via == "cli":
             args = ["submit", TYPE, json.dumps(data), "--force"]
             if key is not None:
                 args += ["--key", key]
             if max_retries is not None:
                 args += ["--max-retries", str(max_retries)]
+            if timeout is not None:
+                args += ["--timeout", timeout]
             result = self.cli(*args)
             if not self.expect(result.exit_code == 0, f"wfctl {' '.join(args)}: {result.output}"):
                 return []
             wid = result.stdout.strip()
+        elif timeout is not None:  # an INSERT that sets the deadline columns itself
+            wid = str(
+                query(
+                    self.dsn,
+                    "WITH new AS (INSERT INTO workflows (workflow_type, input_data, idempotency_key,"
+                    " max_retries, deadline_at, deadline_error)"
+                    " VALUES (%(type)s, %(input)s, %(key)s, %(retries)s, now() + %(timeout)s::interval,"
+                    " %(error)s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)"
+                    " SELECT id FROM new UNION ALL SELECT id FROM workflows"
+                    " WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT FROM new)",
+                    {
+                        "type": TYPE,
+                        "input": json.dumps(data),
+                        "key": key,
+                        "retries": max_retries,
+                        "timeout": timeout,
+                        "error": f"timed out after {timeout}",
+                    },
+                )[0][0]
+            )
         elif key is None and max_retries is None:  # the reference design's plain INSERT
             wid = str(
                 query(
@@ -617,10 +786,10 @@ class StatefulEngine(RuleBasedStateMachine):
             self.expect(stored == {"steps": self.model[first].steps}, "a repeated key changed the input")
             self.env.figures["duplicate_keys"] += 1
             return [first]
-        self.log(f"submit {steps} key={key} max_retries={max_retries} via {via}: {wid}")
+        self.log(f"submit {steps} key={key} max_retries={max_retries} timeout={timeout} via {via}: {wid}")
         if not self.expect(wid not in self.model, f"submit returned the id {wid} of another workflow"):
             return []
-        self.model[wid] = Wf(steps, max_retries, via)
+        self.model[wid] = Wf(steps, max_retries, via, timeout)
         if key is not None:
             self.keys[key] = wid
         self.env.figures["workflows"] += 1
@@ -633,22 +802,187 @@ class StatefulEngine(RuleBasedStateMachine):
 
     @initialize(
         target=workflows,
-        specs=st.lists(st.tuples(SPEC, KEY, MAX_RETRIES, VIA), min_size=2, max_size=4),
+        specs=st.lists(st.tuples(SPEC, KEY, MAX_RETRIES, VIA, TIMEOUT), min_size=2, max_size=4),
         concurrencies=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2),
     )
     def begin(self, specs, concurrencies):
         for concurrency in concurrencies:
             self._start_worker(concurrency)
         self.log(f"started {len(concurrencies)} worker(s), concurrency {concurrencies}")
-        return multiple(*[w for s, k, m, v in specs for w in self._submit(list(s), k, m, v)])
+        return multiple(*[w for s, k, m, v, t in specs for w in self._submit(list(s), k, m, v, t)])
 
-    @rule(target=workflows, steps=SPEC, key=KEY, max_retries=MAX_RETRIES, via=VIA)
-    def submit(self, steps, key, max_retries, via):
-        return multiple(*self._submit(steps, key, max_retries, via))
+    @rule(target=workflows, steps=SPEC, key=KEY, max_retries=MAX_RETRIES, via=VIA, timeout=TIMEOUT)
+    def submit(self, steps, key, max_retries, via, timeout):
+        return multiple(*self._submit(steps, key, max_retries, via, timeout))
 
     @rule(target=workflows, steps=SPEC, max_retries=MAX_RETRIES)
     def submit_more(self, steps, max_retries):
         return multiple(*self._submit(steps, None, max_retries, "api"))
+
+    @rule(target=workflows, steps=COORD_SPEC, via=VIA, timeout=TIMEOUT)
+    def submit_coordination(self, steps, via, timeout):
+        """A run that receives messages, publishes events or starts and joins children."""
+        return multiple(*self._submit(steps, None, None, via, timeout))
+
+    def receivers(self) -> list[str]:
+        return sorted(w for w, m in self.model.items() if any(k == "recv" for k, _ in m.steps))
+
+    @rule(pick=st.integers(0, 999), topic=st.sampled_from(TOPICS), key=MESSAGE_KEY, via=SEND_VIA)
+    def send(self, pick, topic, key, via):
+        """A message to a receiver (else any workflow; one time in ten an unknown id), from
+        the library, ``wfctl_send()``, the library inside a transaction that commits a moment
+        later or rolls back, or ``wfctl send``; with a key now and then (two, so they repeat)."""
+        if self.skipping or not self.model:
+            return
+        candidates = self.receivers() or sorted(self.model)
+        unknown = pick % 10 == 9
+        wid = str(uuid.uuid4()) if unknown else candidates[pick % len(candidates)]
+        self._send(wid, topic, key, via, unknown=unknown)
+
+    @rule(pick=st.integers(0, 999), key=MESSAGE_KEY, via=SEND_VIA)
+    def send_to_waiting(self, pick, key, via):
+        """A message on the topic a run waits on now (parked there, else a running receiver on
+        its first topic): the wake-up path, racing the run's own check and park."""
+        if self.skipping or not self.receivers():
+            return
+        rows = query(
+            self.dsn,
+            "SELECT id::text, wait_topic FROM workflows WHERE status = 'pending' AND wait_kind = 'message'"
+            " ORDER BY id",
+        ) or [
+            (w, next(a[0] for k, a in self.model[w].steps if k == "recv"))
+            for w in self.receivers()
+            if self._status(w) == "running"
+        ]
+        if rows:
+            wid, topic = rows[pick % len(rows)]
+            self._send(wid, topic, key, via)
+
+    def _send(self, wid: str, topic: str, key: str | None, via: str, unknown: bool = False) -> int | None:
+        self.sends += 1
+        payload = {"n": self.sends}
+        earlier = self.message_keys.get((wid, key)) if key is not None else None
+        outcome, mid = "sent", None
+        try:
+            if via == "api":
+                mid = wfctl.send(self.dsn, wid, topic, payload, key=key)
+            elif via == "sql":
+                mid = query(
+                    self.dsn,
+                    "SELECT wfctl_send(%s, %s, %s::jsonb, %s)",
+                    (wid, topic, json.dumps(payload), key),
+                )[0][0]
+            elif via in ("tx", "rollback"):
+                with psycopg.connect(self.dsn, connect_timeout=10) as conn:
+                    mid = wfctl.send(conn, wid, topic, payload, key=key)
+                    time.sleep(0.03)  # the message is written, not committed: a receiver may park
+                    if via == "tx":
+                        conn.commit()
+                    else:
+                        conn.rollback()
+                        outcome = "rolled back"
+            else:
+                args = ["send", wid, topic, json.dumps(payload), "--json"] + (["--key", key] if key else [])
+                result = self.cli(*args)
+                if result.exit_code == 0:
+                    mid = json.loads(result.stdout)["id"]
+                elif result.exit_code in (6, 7) and len(result.stderr.strip().splitlines()) == 1:
+                    outcome = "unknown" if result.exit_code == 6 else "finished"
+                else:
+                    self.expect(
+                        False, f"wfctl {' '.join(args)}: exit {result.exit_code} ({result.output.strip()})"
+                    )
+                    return None
+        except (wfctl.NotFound, psycopg.errors.NoDataFound):
+            outcome = "unknown"
+        except (wfctl.InvalidState, psycopg.errors.ObjectNotInPrerequisiteState):
+            outcome = "finished"
+        self.log(f"send {payload} to {wid} on {topic} key={key} via {via}: {outcome} {mid or ''}")
+        stored = query(
+            self.dsn,
+            "SELECT id, workflow_id::text, topic, payload, idempotency_key FROM workflow_messages"
+            " WHERE payload = %s::jsonb",
+            (json.dumps(payload),),
+        )
+        what = f"send {payload} to {wid} on {topic!r} key={key} via {via}"
+        if outcome == "sent":
+            self.expect(not unknown, f"{what}: a send to an unknown workflow was taken (message {mid})")
+            if earlier is not None:
+                self.expect(mid == earlier, f"{what}: the key was used for message {earlier}, got {mid}")
+                self.expect(not stored, f"{what}: a resend with a used key stored a message: {stored}")
+                count = query(
+                    self.dsn,
+                    "SELECT count(*) FROM workflow_messages WHERE workflow_id = %s AND idempotency_key = %s",
+                    (wid, key),
+                )[0][0]
+                self.expect(count == 1, f"{what}: {count} messages with that key")
+                self.env.figures["duplicate_message_keys"] += 1
+            else:
+                self.expect(
+                    stored == [(mid, wid, topic, payload, key)],
+                    f"{what}: returned message {mid}; stored with this payload: {stored}",
+                )
+                if key is not None:
+                    self.message_keys[(wid, key)] = mid
+                self.env.figures["messages_sent"] += 1
+        elif outcome == "rolled back":
+            self.expect(not stored, f"{what}: rolled back, yet stored: {stored}")
+            if earlier is not None:
+                self.expect(mid == earlier, f"{what}: the key was used for message {earlier}, got {mid}")
+        else:
+            self.expect(not stored, f"{what}: refused ({outcome}), yet stored: {stored}")
+            self.expect(earlier is None, f"{what}: refused ({outcome}) although its key was used before")
+            if outcome == "unknown":
+                self.expect(unknown, f"{what}: refused as unknown")
+            else:
+                status = self._status(wid)
+                self.expect(status in TERMINAL, f"{what}: refused as finished; the workflow is {status}")
+            self.env.figures["messages_refused"] += 1
+        return mid
+
+    @rule(
+        pick=st.integers(0, 999),
+        via=st.sampled_from(["api", "api", "cli"]),
+        wait=st.sampled_from([None, "300ms"]),
+    )
+    def read_event(self, pick, via, wait):
+        """Read the "progress" event of a run that publishes one (``wfctl.get_event`` or
+        ``wfctl event``, waiting for it or not): a value it set at some point, or nothing yet."""
+        candidates = sorted(w for w, m in self.model.items() if any(k == "event" for k, _ in m.steps))
+        if self.skipping or not candidates:
+            return
+        wid = candidates[pick % len(candidates)]
+        events = sum(1 for k, _ in self.model[wid].steps if k == "event")
+        if via == "api":
+            value = wfctl.get_event(self.dsn, wid, EVENT_KEY, timeout=wait)
+        else:
+            args = ["event", wid, EVENT_KEY] + (["--wait", wait] if wait else [])
+            result = self.cli(*args)
+            if result.exit_code == 0:
+                value = json.loads(result.stdout)
+            else:
+                self.expect(
+                    result.exit_code in (6, 13) and len(result.stderr.strip().splitlines()) == 1,
+                    f"wfctl {' '.join(args)}: exit {result.exit_code} ({result.output.strip()})",
+                )
+                value = None
+        written = {
+            r[0]
+            for r in query(
+                self.dsn,
+                "SELECT output -> 'value' FROM sf_audit_steps WHERE workflow_id = %s AND op <> 'DELETE'"
+                " AND step_name = %s",
+                (wid, f"set_event:{EVENT_KEY}"),
+            )
+        }
+        self.log(f"event {EVENT_KEY} of {wid} via {via} (wait {wait}): {value} (values written: {written})")
+        if value is not None:
+            self.expect(
+                value in written and value in range(1, events + 1),
+                f"event {EVENT_KEY} of {wid} read as {value!r}; the run set {sorted(written)} "
+                f"(of 1..{events})",
+            )
+        self.env.figures["events_read"] += 1
 
     @rule(wid=workflows)
     def cancel(self, wid):
@@ -685,6 +1019,21 @@ class StatefulEngine(RuleBasedStateMachine):
         if candidates:
             self._cancel(candidates[pick % len(candidates)])
 
+    @rule(pick=st.integers(0, 999))
+    def cancel_child(self, pick):
+        """Cancel an unfinished child (a running one by preference): its parent, parked on it or
+        about to be, is counted down and woken, and its wait raises ChildFailed."""
+        if self.skipping:
+            return
+        rows = query(
+            self.dsn,
+            "SELECT id::text FROM workflows WHERE status IN ('running', 'pending') AND parent_id IS NOT NULL"
+            " ORDER BY status = 'running' DESC, id",
+        )
+        if rows:
+            self._cancel(rows[pick % len(rows)][0])
+            self.env.figures["children_cancelled"] += 1
+
     @rule(pick=st.integers(0, 999), from_step=st.none() | st.integers(1, 4))
     def cancel_then_retry(self, pick, from_step):
         """An operator restarting a run: cancel one that is running (else a sleeping one, else
@@ -695,7 +1044,7 @@ class StatefulEngine(RuleBasedStateMachine):
         rows = query(
             self.dsn,
             "SELECT id::text, CASE WHEN status = 'running' THEN 0 WHEN run_at > now() THEN 1 ELSE 2 END"
-            " FROM workflows WHERE status IN ('running', 'pending') ORDER BY 2, 1",
+            " FROM workflows WHERE status IN ('running', 'pending') AND parent_id IS NULL ORDER BY 2, 1",
         )
         if not rows:
             return
@@ -710,9 +1059,13 @@ class StatefulEngine(RuleBasedStateMachine):
             return
         # a failed or cancelled one when there is one; ``pick`` indexes the candidates, so that
         # what Hypothesis draws never depends on the state of the database (only what it means)
+        # never a child: the parent's join recorded the child's outcome
         finished = sorted(
             str(r[0])
-            for r in query(self.dsn, "SELECT id FROM workflows WHERE status IN ('failed', 'cancelled')")
+            for r in query(
+                self.dsn,
+                "SELECT id FROM workflows WHERE status IN ('failed', 'cancelled') AND parent_id IS NULL",
+            )
         )
         candidates = finished or sorted(self.model)
         self._retry(candidates[pick % len(candidates)], from_step)
@@ -757,22 +1110,35 @@ class StatefulEngine(RuleBasedStateMachine):
         result = self.cli("recover", "--stale", stale, "--json")
         if not self.expect(result.exit_code == 0, f"recover --stale {stale}: {result.output}"):
             return
-        rows = json.loads(result.stdout)
-        self.log(f"recover --stale {stale}: {[(r['id'], r['status'], r['attempt']) for r in rows]}")
+        everything = json.loads(result.stdout)
+        rows = [r for r in everything if r.get("action", "recovered") == "recovered"]
+        expired = [r for r in everything if r.get("action") == "expired"]
+        self.log(
+            f"recover --stale {stale}: {[(r['id'], r['status'], r['attempt']) for r in rows]}, "
+            f"expired {[r['id'] for r in expired]}"
+        )
+        children = {
+            str(r[0]) for r in query(self.dsn, "SELECT id FROM workflows WHERE parent_id IS NOT NULL")
+        }
         for row in rows:
-            ok = row["status"] in ("pending", "failed") and row["id"] in self.model
+            ok = row["status"] in ("pending", "failed") and row["id"] in self.model.keys() | children
             self.expect(ok, f"recovered {row}")
+        for row in expired:
+            ok = row["status"] == "failed" and row["id"] in self.model.keys() | children
+            self.expect(ok and "timed out" in row["error_message"], f"expired {row}")
         self.env.figures["recovers"] += 1
         self.env.figures["requeued"] += sum(1 for r in rows if r["status"] == "pending")
         self.env.figures["abandoned"] += sum(1 for r in rows if r["status"] == "failed")
+        self.env.figures["expired_by_recover"] += len(expired)
 
     @rule(pick=st.integers(0, 999))
     def release_gate(self, pick):
         if self.skipping:
             return
         gated = sorted(
-            w for w, m in self.model.items() if any(k == "gate" for k, _ in m.steps)
-            and not (self.gates / w).exists()
+            w
+            for w, m in self.model.items()
+            if any(k == "gate" for k, _ in m.steps) and not (self.gates / w).exists()
         )
         if not gated:
             return
@@ -791,6 +1157,9 @@ class StatefulEngine(RuleBasedStateMachine):
         self._signal(worker, signal.SIGKILL)
         if worker.proc is not None:
             worker.proc.wait(timeout=30)
+            for stop in self.stops:  # a frozen worker killed: it runs nothing more
+                if stop[0] == worker.proc.pid and stop[2] is None:
+                    stop[2] = time.time()
         self.env.figures["kills"] += 1
         self.log(f"SIGKILL worker{worker.index}")
 
@@ -802,7 +1171,7 @@ class StatefulEngine(RuleBasedStateMachine):
         worker.paused = True
         if self.skipping:
             return
-        self._signal(worker, signal.SIGSTOP)
+        self._stop(worker)
         self.env.figures["pauses"] += 1
         self.log(f"SIGSTOP worker{worker.index}")
 
@@ -814,7 +1183,7 @@ class StatefulEngine(RuleBasedStateMachine):
         worker.paused = False
         if self.skipping:
             return
-        self._signal(worker, signal.SIGCONT)
+        self._cont(worker)
         self.log(f"SIGCONT worker{worker.index}")
 
     @precondition(lambda self: len(self.started()) < MAX_WORKERS)
@@ -872,7 +1241,7 @@ class StatefulEngine(RuleBasedStateMachine):
             return
         frozen = self.unpaused()
         for worker in frozen:
-            self._signal(worker, signal.SIGSTOP)
+            self._stop(worker)
         try:
             # a statement sent before the stop still runs to its commit: wait for it
             wait_for(
@@ -890,10 +1259,11 @@ class StatefulEngine(RuleBasedStateMachine):
             ref_after, rec_after, ownerless_after, _ = stuck_snapshot(self.dsn, interval)
         finally:
             for worker in frozen:
-                self._signal(worker, signal.SIGCONT)
+                self._cont(worker)
         if not self.expect(result.exit_code == 0, f"recover --dry-run: {result.output}"):
             return
-        rows = json.loads(result.stdout)
+        # what it would requeue or fail as stale (not what it would expire: past a deadline)
+        rows = [r for r in json.loads(result.stdout) if r.get("action", "recovered") == "recovered"]
         listed = {r["id"] for r in rows}
         self.log(f"recover --dry-run --stale {stale} (all frozen): {sorted(listed)}")
         self.expect(all(r["dry_run"] for r in rows), f"dry run rows without dry_run: {rows}")
@@ -929,6 +1299,7 @@ class StatefulEngine(RuleBasedStateMachine):
         self.deferred(check_step_writes, self.dsn)
         self.deferred(check_releases, self.dsn, self.connection_losses)
         self.deferred(check_executions, read_effects(self.effects_path), audit_wf)
+        self.deferred(check_coordination, self.dsn)
         ref, rec, ownerless, running = stuck_snapshot(self.dsn, timedelta(seconds=1))
         where = f"after rule #{self.rules_run}"
         self.expect(
@@ -978,7 +1349,7 @@ class StatefulEngine(RuleBasedStateMachine):
         (self.gates / "ALL").touch()
         for worker in self.workers:
             if worker.paused:
-                self._signal(worker, signal.SIGCONT)
+                self._cont(worker)
                 worker.paused = False
         while len([w for w in self.workers if w.alive]) < 2:
             self._start_worker(2)
@@ -990,11 +1361,12 @@ class StatefulEngine(RuleBasedStateMachine):
             left = query(
                 self.dsn,
                 "SELECT id::text, status, attempt, max_retries, lease_epoch, current_step, lease_owner,"
-                " round(extract(epoch FROM run_at - now())::numeric, 2) FROM workflows"
-                " WHERE status NOT IN ('completed', 'failed', 'cancelled')",
+                " round(extract(epoch FROM run_at - now())::numeric, 2), wait_kind, wait_topic,"
+                " wait_remaining FROM workflows WHERE status NOT IN ('completed', 'failed', 'cancelled')",
             )
             if not left:
                 return
+            self._deliver()
             if time.monotonic() > deadline:
                 effects = read_effects(self.effects_path)
                 detail = "\n".join(
@@ -1004,7 +1376,7 @@ class StatefulEngine(RuleBasedStateMachine):
                 self.violations.append(
                     f"invariant 1: {len(left)} workflow(s) not terminal {DRAIN_TIMEOUT}s after every gate "
                     f"was released and every worker continued (id, status, attempt, max_retries, epoch, "
-                    f"step, owner, run_at - now):\n{detail}"
+                    f"step, owner, run_at - now, wait_kind, wait_topic, wait_remaining):\n{detail}"
                 )
                 return
             if time.monotonic() - last_recover >= 1.0:
@@ -1012,7 +1384,22 @@ class StatefulEngine(RuleBasedStateMachine):
                 if not self.expect(result.exit_code == 0, f"recover: {result.output}", "while draining"):
                     return
                 last_recover = time.monotonic()
+                before = len(self.violations)
+                self.deferred(check_coordination, self.dsn, where="while draining")
+                if len(self.violations) > before:
+                    return
             time.sleep(0.1)
+
+    def _deliver(self) -> None:
+        """As the outside world would: a message for every run parked on a topic where none
+        waits (one that waits without a timeout would wait for ever)."""
+        for wid, topic in query(
+            self.dsn,
+            "SELECT w.id::text, w.wait_topic FROM workflows w WHERE w.status = 'pending'"
+            " AND w.wait_kind = 'message' AND NOT EXISTS (SELECT FROM workflow_messages m"
+            " WHERE m.workflow_id = w.id AND m.topic = w.wait_topic AND m.consumed_at IS NULL)",
+        ):
+            self._send(wid, topic, None, "api")
 
     def _final_checks(self):
         figures = self.env.figures
@@ -1022,7 +1409,7 @@ class StatefulEngine(RuleBasedStateMachine):
         if not self.model or self.skipped_drain:
             return
         where = "after the drain"
-        for check in final_check_list(self.dsn, effects, self.model):
+        for check in final_check_list(self.dsn, effects, self.model, self.stops):
             self.deferred(check, where=where)
         self.deferred(check_releases, self.dsn, self.connection_losses, where=where)
         result = self.cli("recover", "--dry-run", "--stale", "1s", "--json")
@@ -1035,6 +1422,21 @@ class StatefulEngine(RuleBasedStateMachine):
         self.expect(stuck == [], f"invariant 5: the reference query after the drain: {stuck}", where)
         for status, count in query(self.dsn, "SELECT status, count(*) FROM workflows GROUP BY 1"):
             figures[f"ended_{status}"] += count
+        for name, count in query(
+            self.dsn,
+            "SELECT 'children', count(*) FROM workflows WHERE parent_id IS NOT NULL"
+            " UNION ALL SELECT 'timed_out', count(*) FROM workflows WHERE status = 'failed'"
+            "  AND error_message LIKE 'timed out%%'"
+            " UNION ALL SELECT 'messages_consumed', count(*) FROM workflow_messages"
+            "  WHERE consumed_at IS NOT NULL"
+            " UNION ALL SELECT 'recv_timeouts', count(*) FROM workflow_steps WHERE step_name LIKE 'recv:%%'"
+            "  AND output_data ? 'timed_out'"
+            " UNION ALL SELECT 'children_caught', count(*) FROM workflows p,"
+            "  jsonb_array_elements(p.output_data -> 'outputs') o WHERE p.status = 'completed'"
+            "  AND jsonb_typeof(o) = 'object' AND o ? 'caught'"
+            " UNION ALL SELECT 'events_set', count(*) FROM workflow_events",
+        ):
+            figures[name] += count
 
 
 # -- the checks (also used by tests/test_stateful_regressions.py) ---------------------------------
@@ -1135,29 +1537,207 @@ def check_executions(effects: list[Effect], audit_wf: list[tuple]) -> None:
     )
 
 
+@contextlib.contextmanager
+def snapshot(dsn: str) -> Iterator[psycopg.Connection]:
+    """A connection inside one REPEATABLE READ transaction: every query sees the same moment."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction():
+            yield conn
+
+
+def check_messages(conn: psycopg.Connection) -> None:
+    """Messages are consumed at most once, by the step and epoch they name, in send order.
+
+    Every recv step write (the audit, across retries) that took a message names one of the
+    workflow's messages on its topic, with that message's payload; no message is taken by two
+    step writes; a message is consumed exactly when a step write took it, and its
+    consumed_step and consumed_epoch are that write's. Per workflow and topic, the consumed
+    messages are the oldest ones (the test sends one message at a time, so id order is commit
+    order): no consumed message follows an unconsumed one, and they were consumed in id order.
+    A recv that timed out left no message waiting that was sent (1s) before it gave up."""
+    messages = {
+        r[0]: r
+        for r in conn.execute(
+            "SELECT id, workflow_id::text, topic, payload, created_at, consumed_at, consumed_step,"
+            " consumed_epoch FROM workflow_messages ORDER BY id"
+        ).fetchall()
+    }
+    writes = conn.execute(
+        "SELECT seq, workflow_id::text, step_number, step_name, row_epoch, output, at FROM sf_audit_steps"
+        " WHERE op <> 'DELETE' AND status = 'completed' AND step_name LIKE 'recv:%' ORDER BY seq"
+    ).fetchall()
+    taken: dict[int, set[tuple[str, int, int]]] = collections.defaultdict(set)
+    for seq, wid, number, name, epoch, output, at in writes:
+        if "message" in output:
+            m = messages.get(output["message"])
+            assert m is not None and (m[1], m[2]) == (wid, name[len("recv:") :]), (
+                f"recv step {wid} #{number} (epoch {epoch}, audit seq {seq}) took message "
+                f"{output['message']}, which is not one of its messages on that topic: {m}"
+            )
+            assert output["payload"] == m[3], (
+                f"recv step {wid} #{number} (audit seq {seq}) returned {output['payload']!r} for message "
+                f"{m[0]}, whose payload is {m[3]!r}"
+            )
+            taken[m[0]].add((wid, number, epoch))
+        else:
+            assert output.get("timed_out"), f"recv step {wid} #{number}: output {output}"
+            waiting = [
+                m[0]
+                for m in messages.values()
+                if (m[1], m[2]) == (wid, name[len("recv:") :])
+                and m[4] < at - timedelta(seconds=1)
+                and (m[5] is None or m[5] > at)
+            ]
+            assert not waiting, (
+                f"recv step {wid} #{number} (epoch {epoch}, audit seq {seq}) timed out while message(s) "
+                f"{waiting} waited on its topic"
+            )
+    twice = {m: sorted(t) for m, t in taken.items() if len(t) > 1}
+    assert not twice, f"messages consumed more than once (message: [(workflow, step, epoch)]): {twice}"
+    for mid, wid, topic, _payload, _created, consumed_at, step, epoch in messages.values():
+        if consumed_at is None:
+            assert mid not in taken, f"message {mid} is unconsumed, yet step write {taken[mid]} took it"
+        else:
+            assert taken.get(mid) == {(wid, step, epoch)}, (
+                f"message {mid} to {wid} on {topic!r} is consumed by step {step} under epoch {epoch}; the "
+                f"recv step writes that took it: {sorted(taken.get(mid, ()))}"
+            )
+    by_topic: dict[tuple[str, str], list[tuple]] = collections.defaultdict(list)
+    for m in messages.values():
+        by_topic[(m[1], m[2])].append(m)
+    for (wid, topic), sent in by_topic.items():
+        consumed = [m[5] is not None for m in sent]
+        assert consumed == sorted(consumed, reverse=True), (
+            f"{wid} on {topic!r}: messages {[m[0] for m in sent]} in send order, consumed "
+            f"{consumed}: a newer message was taken while an older one waited"
+        )
+        times = [m[5] for m in sent if m[5] is not None]
+        assert times == sorted(times), f"{wid} on {topic!r}: messages were not consumed in send order"
+
+
+def check_children(conn: psycopg.Connection) -> None:
+    """Each start_child step write created exactly one child (a start_children write, one per
+    id it names), and every child was created by one (no orphan from a zombie epoch, no second
+    child from a replay)."""
+    writes = conn.execute(
+        "SELECT seq, workflow_id::text, step_number, row_epoch, output FROM sf_audit_steps"
+        " WHERE op <> 'DELETE' AND status = 'completed' AND (step_name LIKE 'start_child:%'"
+        " OR step_name LIKE 'start_children:%') ORDER BY seq"
+    ).fetchall()
+    children = {
+        str(r[0]): str(r[1])
+        for r in conn.execute("SELECT id, parent_id FROM workflows WHERE parent_id IS NOT NULL").fetchall()
+    }
+    made: dict[str, set[tuple[str, int, int]]] = collections.defaultdict(set)
+    for seq, wid, number, epoch, output in writes:
+        for child in output if isinstance(output, list) else [output]:
+            assert children.get(child) == wid, (
+                f"start_child step {wid} #{number} (epoch {epoch}, audit seq {seq}) names {child!r}, which "
+                f"is not a child of that workflow (its parent: {children.get(child)})"
+            )
+            made[child].add((wid, number, epoch))
+    orphans = sorted(set(children) - set(made))
+    assert not orphans, f"children no start_child step write names (orphans): {orphans}"
+    twice = {c: sorted(w) for c, w in made.items() if len(w) > 1}
+    assert not twice, f"one child named by several start_child step writes: {twice}"
+
+
+def check_events(conn: psycopg.Connection) -> None:
+    """An event's stored value is the one its latest set_event step write set."""
+    latest: dict[tuple[str, str], tuple] = {}
+    for wid, number, output, seq in conn.execute(
+        "SELECT workflow_id::text, step_number, output, seq FROM sf_audit_steps WHERE op <> 'DELETE'"
+        " AND status = 'completed' AND step_name LIKE 'set_event:%' ORDER BY seq"
+    ).fetchall():
+        latest[(wid, output["key"])] = (output["value"], number, seq)
+    for wid, key, value, number in conn.execute(
+        "SELECT workflow_id::text, key, value, step_number FROM workflow_events"
+    ).fetchall():
+        write = latest.get((wid, key))
+        assert write is not None and write[:2] == (value, number), (
+            f"event {key!r} of {wid} is {value!r} (step {number}); the latest set_event step write: {write}"
+        )
+
+
+def check_wakeups(conn: psycopg.Connection) -> None:
+    """No lost wake-up, in one snapshot: a workflow parked on children counts exactly its
+    unfinished children, and is runnable once none is left; a workflow parked on a topic is
+    runnable while a message waits on that topic."""
+    rows = conn.execute(
+        "SELECT w.id::text, w.wait_kind, w.wait_topic, w.wait_remaining, w.run_at <= now(),"
+        " (SELECT count(*) FROM workflows c WHERE c.id = ANY (w.wait_ids)"
+        "  AND c.status NOT IN ('completed', 'failed', 'cancelled')),"
+        " (SELECT array_agg(m.id) FROM workflow_messages m WHERE m.workflow_id = w.id"
+        "  AND m.topic = w.wait_topic AND m.consumed_at IS NULL)"
+        " FROM workflows w WHERE w.status = 'pending' AND w.wait_kind IN ('message', 'children')"
+    ).fetchall()
+    for wid, kind, topic, remaining, runnable, unfinished, waiting in rows:
+        if kind == "children":
+            assert remaining == unfinished, (
+                f"{wid} waits for {remaining} child(ren); {unfinished} of them are unfinished"
+            )
+            assert unfinished > 0 or runnable, f"lost wake-up: {wid} waits for children that all finished"
+        else:
+            assert not waiting or runnable, (
+                f"lost wake-up: {wid} waits on {topic!r} while message(s) {waiting} wait there"
+            )
+
+
+def check_coordination(dsn: str) -> None:
+    with snapshot(dsn) as conn:
+        for check in (check_messages, check_children, check_events, check_wakeups):
+            check(conn)
+
+
 AUDIT_WF_SQL = (
     "SELECT workflow_id::text, seq, txid, op, old_status, new_status, old_epoch, new_epoch,"
     " old_attempt, new_attempt, max_retries FROM sf_audit_wf ORDER BY seq"
 )
 
 
-def final_checks(dsn: str, effects: list[Effect], model: dict[str, Wf]) -> None:
+DEADLINE_SLACK = timedelta(seconds=0.5)  # the worker's clock and the deadline duty's beat
+
+
+def final_checks(
+    dsn: str, effects: list[Effect], model: dict[str, Wf], stops: list[list[Any]] | None = None
+) -> None:
     """Every check after the drain; raises the first violation."""
-    for check in final_check_list(dsn, effects, model):
+    for check in final_check_list(dsn, effects, model, stops):
         check()
 
 
-def final_check_list(dsn: str, effects: list[Effect], model: dict[str, Wf]) -> list:
-    """The checks after the drain, one callable each (the machine reports each one's failure)."""
+def with_children(dsn: str, model: dict[str, Wf]) -> dict[str, Wf]:
+    """The model and the child workflows the runs started (their spec is their input)."""
+    out = dict(model)
+    for wid, data in query(dsn, "SELECT id::text, input_data FROM workflows WHERE parent_id IS NOT NULL"):
+        out.setdefault(wid, Wf(data["steps"], None, "child"))
+    return out
+
+
+def final_check_list(
+    dsn: str, effects: list[Effect], model: dict[str, Wf], stops: list[list[Any]] | None = None
+) -> list:
+    """The checks after the drain, one callable each (the machine reports each one's failure).
+    ``stops``: [pid, SIGSTOP time, SIGCONT time or None] of every worker pause."""
+    model = with_children(dsn, model)
     workflows = {
         str(r[0]): r[1:]
         for r in query(
             dsn,
-            "SELECT id, status, attempt, max_retries, lease_epoch, current_step, output_data, error_message"
-            " FROM workflows",
+            "SELECT id, status, attempt, max_retries, lease_epoch, current_step, output_data, error_message,"
+            " finished_at, deadline_error, parent_id::text FROM workflows",
         )
     }
     audit_wf = query(dsn, AUDIT_WF_SQL)
+    # per workflow: [(at, op, old status, new status, new epoch, deadline_at)], in order
+    history: dict[str, list[tuple]] = collections.defaultdict(list)
+    for row in query(
+        dsn,
+        "SELECT workflow_id::text, at, op, old_status, new_status, new_epoch, deadline_at FROM sf_audit_wf"
+        " ORDER BY seq",
+    ):
+        history[row[0]].append(row[1:])
     audit_steps = query(
         dsn,
         "SELECT workflow_id::text, step_number, seq, txid, op, status, row_epoch FROM sf_audit_steps"
@@ -1168,9 +1748,22 @@ def final_check_list(dsn: str, effects: list[Effect], model: dict[str, Wf]) -> l
         "SELECT workflow_id::text, step_number, step_name, status, output_data, lease_epoch, attempt"
         " FROM workflow_steps ORDER BY 1, 2",
     )
+    events = {
+        str(r[0]): r[1]
+        for r in query(dsn, "SELECT workflow_id, value FROM workflow_events WHERE key = %s", (EVENT_KEY,))
+    }
     ran: dict[tuple[str, int], list[Effect]] = collections.defaultdict(list)
     for e in effects:
         ran[(e.wid, e.step)].append(e)
+    rows_of: dict[str, dict[int, tuple]] = collections.defaultdict(dict)
+    for wid, number, name, status, output, epoch, attempt in steps:
+        rows_of[wid][number] = (name, status, output, epoch, attempt)
+    retried = {wid for wid, gens in generations(audit_wf).items() if gens}
+    first_retry = {wid: gens[0] for wid, gens in generations(audit_wf).items() if gens}
+
+    def deadline_of(wid: str) -> datetime | None:
+        """The deadline the run had from its submit (a retry removes it)."""
+        return history[wid][0][5] if history[wid] and history[wid][0][1] == "INSERT" else None
 
     def terminal() -> None:
         assert set(workflows) == set(model), "workflows appeared or vanished"
@@ -1184,12 +1777,12 @@ def final_check_list(dsn: str, effects: list[Effect], model: dict[str, Wf]) -> l
         by_step: dict[tuple[str, int], list[tuple]] = collections.defaultdict(list)
         for row in audit_steps:
             by_step[(row[0], row[1])].append(row)
-        for key, history in by_step.items():
-            for i, (_w, _n, seq, _txid, op, status, epoch) in enumerate(history):
+        for key, past in by_step.items():
+            for i, (_w, _n, seq, _txid, op, status, epoch) in enumerate(past):
                 if op == "DELETE" or status != "completed":
                     continue
                 until = None
-                for later in history[i + 1 :]:
+                for later in past[i + 1 :]:
                     if later[4] == "DELETE":
                         until = retry_epoch_by_txid.get(later[3])
                         assert until is not None, f"step row {key} deleted outside a retry (seq {later[2]})"
@@ -1211,49 +1804,160 @@ def final_check_list(dsn: str, effects: list[Effect], model: dict[str, Wf]) -> l
                 f"invariant 3: step row {wid} #{number} carries epoch {epoch}, which the workflow never "
                 f"had ({sorted(epochs_had[wid])})"
             )
-            kind = model[wid].steps[number - 1][0] if number <= len(model[wid].steps) else "?"
-            if status == "completed" and kind != "sleep":
+            plan = engine_steps(model[wid].steps)
+            what = plan[number - 1][0] if number <= len(plan) else "?"
+            if status == "completed" and what == "effect":
                 producers = [(e.epoch, e.attempt) for e in ran[(wid, number)] if e.nonce == output]
                 assert producers == [(epoch, attempt)], (
                     f"invariant 3: checkpoint {wid} #{number} = {output!r}, written under epoch {epoch} "
                     f"attempt {attempt}, is the output of the execution(s) under {producers}"
                 )
 
+    def expected_outputs(wid: str) -> list[Any]:
+        """What a completed run returns, by its step rows (and its children's rows)."""
+        spec, rows = model[wid].steps, rows_of[wid]
+        out: list[Any] = []
+        number = 0
+        for kind, arg in spec:
+            number += 1
+            if kind == "sleep":
+                out.append(None)
+            elif kind == "recv":
+                out.append(rows[number][2].get("payload"))
+            elif kind == "event":
+                out.append(sum(1 for k, _ in spec[: len(out) + 1] if k == "event"))
+            elif kind == "children":
+                specs, catch, together = arg
+                if together:
+                    ids = rows[number][2]
+                    number += 1
+                else:
+                    ids = [rows[number + j][2] for j in range(len(specs))]
+                    number += len(specs)
+                joined = rows[number][2]["children"]
+                assert [c["id"] for c in joined] == ids, (
+                    f"{wid}: the wait at step {number} joined {[c['id'] for c in joined]}, its start_child "
+                    f"steps started {ids}"
+                )
+                for j, child in enumerate(joined):
+                    status, output = workflows[child["id"]][0], workflows[child["id"]][5]
+                    assert model[child["id"]].steps == specs[j] and workflows[child["id"]][9] == wid, (
+                        f"{wid}: child {child['id']} (#{j + 1} of the item before step {number}) runs "
+                        f"{model[child['id']].steps} for parent {workflows[child['id']][9]}, not {specs[j]}"
+                    )
+                    assert (child["status"], child["output"]) == (status, output), (
+                        f"{wid}: the wait at step {number} recorded child {child['id']} as "
+                        f"{child['status']} {child['output']}; it is {status} {output}"
+                    )
+                bad = [c for c in joined if c["status"] != "completed"]
+                if not bad:
+                    out.append([c["output"] for c in joined])
+                elif catch:
+                    out.append({"caught": bad[0]["id"], "status": bad[0]["status"]})
+                else:
+                    out.append(f"<uncaught ChildFailed of {bad[0]['id']}: the run cannot complete>")
+            else:
+                out.append(rows[number][2])
+        return out
+
     def completed_runs_are_whole() -> None:
-        # invariant 3: a completed workflow has every step checkpointed and returned them
-        rows_of: dict[str, dict[int, tuple]] = collections.defaultdict(dict)
-        for wid, number, name, status, output, epoch, attempt in steps:
-            rows_of[wid][number] = (name, status, output, epoch, attempt)
-        for wid, (status, _attempt, _mr, _epoch, current, output, _error) in workflows.items():
+        # invariant 3: a completed workflow has every step checkpointed and returned them (the
+        # payloads it received, its children's outputs), and its last event stands
+        for wid, (status, _attempt, _mr, _epoch, current, output, *_rest) in workflows.items():
             if status != "completed":
                 continue
             spec, rows = model[wid].steps, rows_of[wid]
-            assert sorted(rows) == list(range(1, len(spec) + 1)) and current == len(spec), (
+            plan = engine_steps(spec)
+            assert sorted(rows) == list(range(1, len(plan) + 1)) and current == len(plan), (
                 f"invariant 3: {wid} completed with steps {sorted(rows)} (current_step {current}) "
-                f"of {len(spec)}"
+                f"of {len(plan)}"
             )
             assert all(r[1] == "completed" for r in rows.values()), f"{wid} completed with a failed step row"
-            expected = [None if spec[n - 1][0] == "sleep" else rows[n][2] for n in range(1, len(spec) + 1)]
+            expected = expected_outputs(wid)
             assert output == {"outputs": expected}, (
                 f"invariant 3: {wid} returned {output}, its checkpoints say {expected}"
             )
+            count = sum(1 for k, _ in spec if k == "event")
+            assert events.get(wid) == (count or None), (
+                f"{wid} completed after {count} event step(s); its event {EVENT_KEY!r} is {events.get(wid)}"
+            )
 
     def failed_runs_used_their_attempts() -> None:
-        for wid, (status, attempt, max_retries, _epoch, _current, _output, error) in workflows.items():
-            if status == "failed":
-                assert attempt == max_retries_of(max_retries) + 1, (
-                    f"invariant 4: {wid} failed at attempt {attempt} of {max_retries_of(max_retries) + 1}: "
-                    f"{error}"
+        # a run fails at once (without using its attempts) only past its deadline, on a child
+        # that failed (uncaught), or on a PermanentError (a child's "fatal" step)
+        for wid, (status, attempt, max_retries, _ep, _cur, _out, error, *_rest) in workflows.items():
+            if status != "failed":
+                continue
+            kinds = {k for k, _ in model[wid].steps}
+            uncaught = any(k == "children" and not a[1] for k, a in model[wid].steps)
+            if "timed out" in (error or "") and deadline_of(wid) is not None and wid not in retried:
+                continue
+            if error and error.startswith("ChildFailed: ") and uncaught:
+                continue
+            if error and error.startswith("PermanentError: ") and "fatal" in kinds:
+                continue
+            assert attempt == max_retries_of(max_retries) + 1, (
+                f"invariant 4: {wid} failed at attempt {attempt} of {max_retries_of(max_retries) + 1}: "
+                f"{error}"
+            )
+
+    def deadlines_hold() -> None:
+        # a run with a deadline (and no retry since, which removes it) that ended more than a
+        # moment after its deadline ended failed with its deadline's error, or cancelled, or
+        # was ended by an execution that held the run since before the deadline (its last step
+        # began in time; the end of a run is not a step boundary). No run timed out early.
+        for wid, (status, *_r, error, finished, deadline_error, _parent) in workflows.items():
+            deadline = deadline_of(wid)
+            if deadline is None or wid in retried:
+                continue
+            timed_out = status == "failed" and error == deadline_error
+            if timed_out:
+                assert finished >= deadline - timedelta(seconds=0.1), (
+                    f"{wid} timed out at {finished}, before its deadline {deadline}"
                 )
+            if finished <= deadline + DEADLINE_SLACK or timed_out or status == "cancelled":
+                continue
+            past = history[wid]
+            end = max(i for i, h in enumerate(past) if h[3] in TERMINAL)
+            claims = [h for h in past[:end] if h[3] == "running"]
+            assert claims and claims[-1][0] <= deadline + DEADLINE_SLACK, (
+                f"{wid} ended {status} ({error}) at {finished}, past its deadline {deadline}, by an "
+                f"execution claimed at {claims[-1][0] if claims else None}"
+            )
+
+    def steps_begin_before_the_deadline() -> None:
+        # no step function of a run began after the run's deadline, unless its worker was frozen
+        # (SIGSTOP) meanwhile: the step boundary reads a clock that a freeze between the claim and
+        # its reply, or between the check and the step, puts behind
+        claimed_at = {(w, h[4]): h[0] for w, past in history.items() for h in past if h[3] == "running"}
+        for e in effects:
+            deadline = deadline_of(e.wid)
+            if deadline is None or e.at is None or e.epoch is None:
+                continue
+            if e.wid in first_retry and e.epoch >= first_retry[e.wid]:
+                continue
+            began = datetime.fromtimestamp(e.at, deadline.tzinfo)
+            if began <= deadline + DEADLINE_SLACK:
+                continue
+            since = claimed_at.get((e.wid, e.epoch), deadline).timestamp()
+            frozen = [x for x in stops or [] if x[0] == e.pid and x[1] <= e.at and (x[2] or e.at) >= since]
+            assert frozen, (
+                f"step {e.step} ({e.kind}) of {e.wid} began at {began}, past the run's deadline {deadline}, "
+                f"under epoch {e.epoch} (claimed at {claimed_at.get((e.wid, e.epoch))}; its worker was not "
+                "frozen)"
+            )
 
     return [
         lambda: check_transitions(audit_wf),
         lambda: check_step_writes(dsn),
         lambda: check_executions(effects, audit_wf),
+        lambda: check_coordination(dsn),
         checkpointed_steps_never_rerun,
         checkpoints_name_their_execution,
         completed_runs_are_whole,
         failed_runs_used_their_attempts,
+        deadlines_hold,
+        steps_begin_before_the_deadline,
         terminal,
     ]
 

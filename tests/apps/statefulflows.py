@@ -1,29 +1,42 @@
 """The workflow tests/test_stateful.py (and tests/test_stateful_regressions.py) drive.
 
-``sf-flow`` runs the steps its input lists, in order: ``{"steps": [[kind, arg], ...]}``. Step i
-of the list is the engine's step number i (a durable sleep takes a number too). Kinds:
+``sf-flow`` runs the items its input lists, in order: ``{"steps": [[kind, arg], ...]}``. Each
+item takes one engine step number, except ``children`` (one per child, then one for the wait).
+Kinds:
 
 - ``ok``: returns at once;
 - ``raise``: raises ``RuntimeError`` while ``ctx.attempt <= arg`` (an ordinary failed attempt);
 - ``exit``: calls ``sys.exit(3)`` while ``ctx.attempt <= arg`` (a ``BaseException`` from
   workflow code, which ``ctx.step`` does not catch);
 - ``base``: raises ``Abort``, a ``BaseException`` of its own, while ``ctx.attempt <= arg``;
+- ``fatal``: raises ``wfctl.PermanentError``: the run fails at once, without retries;
 - ``gate``: blocks until the file ``$WFCTL_SF_GATES/<workflow id>`` (or ``$WFCTL_SF_GATES/ALL``)
   exists, so the test can hold one specific run inside a step and release it; with an ``arg``
   k > 0, the file ``<workflow id>-k`` opens this gate alone (the others of the run stay shut);
 - ``sleep``: ``ctx.sleep(arg)``, a durable sleep of ``arg`` (a duration such as ``"300ms"``);
 - ``long``: a step whose name is longer than the 200 characters ``workflow_steps.step_name``
-  holds: the database would refuse its checkpoint (issue 9 items 1 and 5).
+  holds: the database would refuse its checkpoint (issue 9 items 1 and 5);
+- ``recv``: ``ctx.recv(topic, timeout=timeout)`` with ``arg = [topic, timeout or null]``; its
+  item's output is the payload received (``None`` when the timeout passed);
+- ``event``: ``ctx.set_event("progress", n)``, n counting the run's ``event`` items from 1
+  (the item's output is n);
+- ``children``: ``arg = [[spec, ...], catch, together]``: ``ctx.start_child("sf-flow",
+  {"steps": spec})`` for each spec (1-3), one step each, or with ``together`` one
+  ``ctx.start_children`` step for all of them; then ``ctx.wait`` for all of them (one step); the
+  item's output is the children's outputs, in order. A child that failed or was cancelled
+  raises ``wfctl.ChildFailed``: with ``catch`` the item's output is then ``{"caught": child id,
+  "status": its status}``, without it the run fails (ChildFailed is permanent).
 
 Every step function first appends one line
 
-    <workflow id> <step number> <kind> <attempt> <epoch> <nonce>
+    <workflow id> <step number> <kind> <attempt> <epoch> <nonce> <unix time> <pid>
 
 to ``$WFCTL_SF_LOG`` (one ``write(2)`` on an ``O_APPEND`` descriptor: whole lines only, even
 from many threads and processes, even under SIGKILL), then does what its kind says and returns
 the nonce, which becomes the step's checkpoint: a stored output names the very execution that
-produced it. The workflow returns ``{"outputs": [...]}``, the outputs of its steps (``None`` for
-a sleep), as ``ctx.step`` handed them back.
+produced it (the time and the worker's process id let the test judge the step against the
+run's deadline and the worker's pauses). The workflow returns ``{"outputs": [...]}``, one
+output per item (``None`` for a sleep), as the context handed them back.
 
 The lease epoch is not part of the workflow API; it is read from the worker's execution object
 behind the context (``ctx._journal.claimed.epoch``), a private attribute: when the engine
@@ -65,17 +78,24 @@ def gate_open(wid: str, number: int = 0) -> bool:
 
 def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
     nonce = uuid.uuid4().hex[:12]
-    append_line("WFCTL_SF_LOG", f"{wid} {number} {kind} {attempt} {epoch} {nonce}")
+    append_line(
+        "WFCTL_SF_LOG", f"{wid} {number} {kind} {attempt} {epoch} {nonce} {time.time():.6f} {os.getpid()}"
+    )
     if kind == "raise" and attempt <= arg:
         raise RuntimeError(f"step {number} fails on attempt {attempt}")
     if kind == "exit" and attempt <= arg:
         sys.exit(3)
     if kind == "base" and attempt <= arg:
         raise Abort(f"step {number} aborts on attempt {attempt}")
+    if kind == "fatal":
+        raise wfctl.PermanentError(f"step {number} fails for good")
     if kind == "gate":
         while not gate_open(wid, arg):
             time.sleep(0.01)
     return nonce
+
+
+EVENT_KEY = "progress"
 
 
 @wfctl.workflow("sf-flow", max_retries=POLICY_MAX_RETRIES, retry_base=0.05, retry_cap=0.2)
@@ -83,10 +103,34 @@ def flow(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
     wid = str(ctx.workflow_id)
     epoch = epoch_of(ctx)
     outputs: list[Any] = []
-    for number, (kind, arg) in enumerate(data["steps"], start=1):
+    number = 0  # the engine's step number of the item
+    events = 0
+    for kind, arg in data["steps"]:
+        number += 1
         if kind == "sleep":
             ctx.sleep(arg)
             outputs.append(None)
+        elif kind == "recv":
+            topic, timeout = arg
+            outputs.append(ctx.recv(topic, timeout=timeout))
+        elif kind == "event":
+            events += 1
+            ctx.set_event(EVENT_KEY, events)
+            outputs.append(events)
+        elif kind == "children":
+            specs, catch, together = arg
+            if together:
+                ids = ctx.start_children("sf-flow", [{"steps": spec} for spec in specs])
+                number += 1  # one start_children step, then the wait
+            else:
+                ids = [ctx.start_child("sf-flow", {"steps": spec}) for spec in specs]
+                number += len(specs)  # the start_child steps, then the wait
+            try:
+                outputs.append(ctx.wait(ids))
+            except wfctl.ChildFailed as exc:
+                if not catch:
+                    raise
+                outputs.append({"caught": exc.workflow_id, "status": exc.status})
         else:
             name = f"s{number}-{kind}" + ("-" + "x" * 200 if kind == "long" else "")
             outputs.append(ctx.step(name, run_step, wid, number, kind, ctx.attempt, epoch, arg))

@@ -462,3 +462,10 @@ def test_show_of_an_unknown_id_is_one_line(cli, dsn: str) -> None:
     result = cli("show", str(missing), "--dsn", dsn)
     assert result.exit_code == 6 and result.stdout == ""
     assert result.stderr == f"wfctl: error: no workflow with id {missing}\n"
+
+
+def test_a_finished_workflows_deadline_is_not_counted_down(cli, dsn: str, conn) -> None:
+    wid = wfctl.submit(conn, "quick", None, timeout="1h")
+    conn.execute("UPDATE workflows SET status = 'completed', finished_at = now() WHERE id = %s", (wid,))
+    out = show(cli, dsn, wid)
+    assert line_of(out, "deadline").endswith("(no longer applies: finished)"), out

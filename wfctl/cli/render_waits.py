@@ -10,6 +10,7 @@ from typing import Any
 from wfctl.cli import render
 from wfctl.reports import WorkflowDetail
 from wfctl.waits import CHILDREN, MESSAGE, SLEEP, WAITING, is_waiting, unconsumed_elsewhere
+from wfctl.words import FINISHED
 
 #: How many children ``show`` lists (``--json`` gives them all).
 SHOW_CHILDREN = 10
@@ -66,7 +67,10 @@ def summary(detail: WorkflowDetail) -> list[tuple[str, Any]]:
     if w["deadline_at"] is not None:
         left = float(w["deadline_seconds_left"] or 0)
         stamp = render.cell(w["deadline_at"]).plain
-        when = f"{render.seconds(left)} left" if left > 0 else "passed"
+        if w["status"] in FINISHED:
+            when = "no longer applies: finished"
+        else:
+            when = f"{render.seconds(left)} left" if left > 0 else "passed"
         pairs.append(("deadline", f"{stamp} ({when})"))
     if w["parent_id"] is not None:
         pairs.append(("parent", w["parent_id"]))

@@ -44,6 +44,7 @@ import servers
 from conftest import Workers
 from helpers import LogWindow, Result, isolated_env, rows, wait_for, wfctl_command
 
+import wfctl
 from wfctl import schema
 
 POOL_SIZE = 2  # server connections per database: fewer than the workers, so they share them
@@ -369,3 +370,25 @@ def test_worker_without_no_listen_through_pgbouncer_works_or_refuses_clearly(bou
         assert rows(dsn, "SELECT status, max(lease_epoch), count(*) FROM workflows GROUP BY 1") == [
             ("pending", 0, 300)
         ]
+
+
+def test_messages_children_and_results_through_pgbouncer(bounced, database, bworkers):
+    """Coordination in transaction pooling: the worker's step functions are single statements,
+    a send is one, and wfctl.result polls (no LISTEN through the pooler)."""
+    dsn = bworkers.dsn
+    server_log = LogWindow(bounced.server.log)
+    proc = bworkers.start("--no-listen", app="coordengine")
+    inbox = wfctl.submit(dsn, "inbox", {"count": 1})
+    parent = wfctl.submit(dsn, "bulk", {"n": 20})
+    wait_for(
+        lambda: rows(dsn, "SELECT wait_kind FROM workflows WHERE id = %s", inbox) == [("message",)],
+        what="parked on a message",
+    )
+    wfctl.send(dsn, inbox, "go", "through the pooler")
+    assert wfctl.result(dsn, inbox, timeout=30) == {"got": ["through the pooler"]}
+    assert wfctl.result(dsn, parent, timeout=30) == sum(2 * n for n in range(20))
+    proc.kill()
+    proc.wait(timeout=10)
+    assert problems(proc.log_path.read_text()) == []
+    assert problems(server_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE

@@ -24,6 +24,9 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   rolls back, or ``wfctl send --json``; with or without a key (two, so they repeat);
 - ``send_to_waiting``: the same, on the topic a run is parked on now (else to a running
   receiver): the wake-up path, racing the run's own look for a message and its park;
+- ``await_result``: ``wfctl.result`` or ``wfctl wait --timeout`` (0s or 300ms) of any run:
+  its output when it completed, its failure or cancel as such (exit 11, 12), a timeout (13) only
+  while it had not finished when the wait began;
 - ``read_event``: ``wfctl.get_event`` or ``wfctl event`` (waiting 300ms or not) of a run that
   publishes one: a value the run set, or nothing yet;
 - ``cancel`` (any workflow), ``cancel_active`` (a running one by preference), ``cancel_child``
@@ -1018,6 +1021,51 @@ class StatefulEngine(RuleBasedStateMachine):
         candidates = running or [w for w, _ in rows]
         if candidates:
             self._cancel(candidates[pick % len(candidates)])
+
+    @rule(
+        pick=st.integers(0, 999),
+        via=st.sampled_from(["api", "api", "cli"]),
+        timeout=st.sampled_from(["0s", "300ms"]),
+    )
+    def await_result(self, pick, via, timeout):
+        """Wait for a run's result from outside (``wfctl.result``, ``wfctl wait --timeout``):
+        its output when it completed, its failure or cancel as such, a timeout only while it
+        had not finished when the wait began."""
+        if self.skipping or not self.model:
+            return
+        wid = sorted(self.model)[pick % len(self.model)]
+        before = self._status(wid)
+        if via == "api":
+            try:
+                outcome, value = "completed", wfctl.result(self.dsn, wid, timeout=timeout)
+            except wfctl.WorkflowFailed as exc:
+                outcome, value = "failed", exc.error
+            except wfctl.WorkflowCancelled as exc:
+                outcome, value = "cancelled", exc.reason
+            except wfctl.WaitTimeout:
+                outcome, value = "timeout", None
+        else:
+            result = self.cli("wait", wid, "--timeout", timeout)
+            codes = {0: "completed", 11: "failed", 12: "cancelled", 13: "timeout"}
+            outcome = codes.get(result.exit_code, f"exit {result.exit_code}")
+            value = json.loads(result.stdout) if result.exit_code == 0 else result.stderr.strip()
+            self.expect(
+                outcome in codes.values() and (result.exit_code == 0 or len(value.splitlines()) == 1),
+                f"wfctl wait {wid} --timeout {timeout}: exit {result.exit_code} ({result.output.strip()})",
+            )
+        status, output, error = query(
+            self.dsn, "SELECT status, output_data, error_message FROM workflows WHERE id = %s", (wid,)
+        )[0]
+        self.log(f"result of {wid} via {via} (timeout {timeout}; it was {before}): {outcome}, now {status}")
+        if outcome == "timeout":
+            self.expect(before not in TERMINAL, f"result of {wid}: timed out, yet it had ended {before}")
+        elif outcome in TERMINAL:
+            self.expect(status == outcome, f"result of {wid} said {outcome}; the workflow is {status}")
+            if outcome == "completed":
+                self.expect(value == output, f"result of {wid}: {value!r}; its output is {output!r}")
+            elif via == "api" and outcome == "failed":
+                self.expect(value == error, f"result of {wid}: failed with {value!r}; its error is {error!r}")
+        self.env.figures[f"results_{outcome}"] += 1
 
     @rule(pick=st.integers(0, 999))
     def cancel_child(self, pick):

@@ -51,8 +51,9 @@ def test_a_deploy_with_a_patch_keeps_old_runs_on_their_path_and_new_runs_on_the_
     steps = rows(dsn, "SELECT workflow_id, step_name FROM workflow_steps WHERE step_name LIKE 'patch:%%'")
     assert steps == [(new, "patch:fraud-check")]
 
-    # without the patch, the same deploy fails a run that passed the changed point
-    workers.start(app="deploy_unpatched")
+    # v3 deployed too early (the same change made without a patch) fails a run that passed
+    # the changed point on v1
+    workers.start(app="deploy_v3")
     wfctl.send(dsn, unpatched_victim, "confirm")
     try:
         wfctl.result(dsn, unpatched_victim, timeout=30)

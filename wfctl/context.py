@@ -184,7 +184,7 @@ class Context:
         ``None`` once ``timeout`` has passed (no timeout: wait as long as it takes). The
         workflow is parked meanwhile; taking the message is checkpointed, so it is consumed
         exactly once and a replay returns the same payload."""
-        _check_label(topic, "a message topic")
+        check_label(topic, "a message topic")
         seconds = timeout_seconds(timeout, "recv timeout")
         output = self._coordinate("recv", f"recv:{topic}", {"topic": topic, "timeout": seconds})
         return output.get("payload")
@@ -192,7 +192,7 @@ class Context:
     def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for ``wfctl.get_event`` / ``wfctl event`` (the latest
         value wins); checkpointed like a step."""
-        _check_label(key, "an event key")
+        check_label(key, "an event key")
         try:
             encoded = jsonvalue.dumps(value)
         except jsonvalue.UnstorableJSON as exc:
@@ -274,7 +274,7 @@ class Context:
         """True where this run reaches this point on the current code; False when it replays
         a run that passed this point on code without the patch. Deploy the changed steps as
         ``if ctx.patched("name"): new steps`` ``else: old steps``."""
-        _check_label(name, "a patch name")
+        check_label(name, "a patch name")
         marker = PATCH_PREFIX + name
         number = self._next + 1
         stored = self._journal.recorded(number)
@@ -337,9 +337,11 @@ def _children(
     }
 
 
-def _check_label(value: object, what: str) -> None:
+def check_label(value: object, what: str) -> str:
+    """A message topic, event key or patch name: 1 to MAX_TOPIC characters."""
     if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
-        raise InvalidInput(f"{what} must be a string of 1 to {MAX_TOPIC} characters, not {value!r:.60}")
+        raise InvalidInput(f"{what} must have 1 to {MAX_TOPIC} characters, not {str(value)[:40]!r}")
+    return value
 
 
 def _step_name_problem(name: str) -> str | None:

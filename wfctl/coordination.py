@@ -21,7 +21,7 @@ from psycopg import errors as pg_errors
 
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
-from wfctl.context import MAX_TOPIC
+from wfctl.context import check_label
 from wfctl.durations import timeout_seconds
 from wfctl.errors import (
     InvalidInput,
@@ -48,12 +48,6 @@ def workflow_uuid(value: UUID | str) -> UUID:
         return UUID(str(value))
     except ValueError:
         raise InvalidInput(f"{str(value)[:60]!r} is not a workflow id (a UUID)") from None
-
-
-def check_label(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_TOPIC:
-        raise InvalidInput(f"{what} must have 1 to {MAX_TOPIC} characters, not {str(value)[:40]!r}")
-    return value
 
 
 def check_message(topic: object, key: str | None) -> None:
@@ -171,7 +165,7 @@ def get_event(
         return False, None
 
     with _connection(conn_or_dsn) as conn, _errors():
-        done, value = _await(conn, wid, seconds, read, watch=True)
+        done, value = _await(conn, wid, seconds, read)
     if done:
         return value
     if not seconds:
@@ -211,7 +205,7 @@ def result(
         return False, None
 
     with _connection(conn_or_dsn) as conn, _errors():
-        done, value = _await(conn, wid, seconds, read, watch=True)
+        done, value = _await(conn, wid, seconds, read)
     if done:
         return value
     raise WaitTimeout(f"workflow {wid} did not finish within {seconds:g}s")
@@ -222,8 +216,6 @@ def _await(
     wid: UUID,
     seconds: float | None,
     read: Callable[[psycopg.Connection[Any]], tuple[bool, T]],
-    *,
-    watch: bool,
 ) -> tuple[bool, T | None]:
     """Call ``read`` until it says done or ``seconds`` pass (None: forever; 0: read once)."""
     done, value = read(conn)
@@ -233,8 +225,7 @@ def _await(
     notified = conn.autocommit and not behind_pooler(conn)
     if notified:
         conn.execute(q("coordination.listen"))
-        if watch:
-            conn.execute(q("coordination.watch"), {"id": wid})
+        conn.execute(q("coordination.watch"), {"id": wid})
     try:
         pause = 0.05
         while True:

@@ -61,6 +61,10 @@ class Journal(Protocol):
     def now(self) -> datetime:
         """The current time, by the database's clock where there is one."""
 
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        """Run ``fn(conn)`` (it returns the step's output as JSON text) and checkpoint step
+        ``number`` in one database transaction; return the stored output (decoded JSON)."""
+
     def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run coordination step ``number`` (``op``: recv, join, start_children, set_event) and
         return the output it checkpointed (decoded JSON); raise Parked when the workflow must
@@ -176,6 +180,39 @@ class Context:
         wake_at = now + delta
         self._journal.park(number, SLEEP_STEP, json.dumps({"wake_at": wake_at.isoformat()}), wake_at)
         raise Parked(wake_at)
+
+    def transaction(self, name: str, fn: Callable[[Any], T], /) -> T:
+        """Run ``fn(conn)`` as step ``name`` inside the PostgreSQL transaction that writes the
+        step's checkpoint (fenced by this run's lease): the application's own writes through
+        ``conn`` to the same database commit with the checkpoint, so they happen exactly once
+        however the worker dies. ``conn`` is in a transaction: do not commit or roll back.
+        The result must be JSON-serialisable; a replay returns it without calling ``fn``."""
+        number = self._claim_number(name)
+        stored = self._journal.recorded(number)
+        if stored is not None:
+            return stored.output  # type: ignore[no-any-return]
+        self._journal.boundary()
+        refused = _step_name_problem(name)
+        if refused is not None:
+            raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), self._journal.now())
+        started = self._journal.now()
+
+        def call(conn: Any) -> str:
+            result = fn(conn)
+            try:
+                return jsonvalue.dumps(result)
+            except jsonvalue.UnstorableJSON as exc:
+                raise TypeError(
+                    f"transactional step {name!r} returned a value of type {type(result).__name__} "
+                    f"that cannot be stored as JSON ({exc})"
+                ) from exc
+
+        try:
+            return self._journal.transaction(number, name, call)  # type: ignore[no-any-return]
+        except ControlFlow:
+            raise
+        except Exception as exc:
+            raise StepFailed(number, name, exc, started) from exc
 
     # -- coordination ---------------------------------------------------------------------------
 
@@ -368,6 +405,7 @@ class MemoryJournal:
         # child id -> {"type", "input", "status", "output", "error"}; set "status" (and
         # "output" or "error") to finish a child, then run the workflow again
         self.children: dict[str, dict[str, Any]] = {}
+        self.connection: Any = None  # what ctx.transaction's fn receives (a test may set one)
 
     def recorded(self, number: int) -> RecordedStep | None:
         return self.steps.get(number)
@@ -387,6 +425,11 @@ class MemoryJournal:
 
     def now(self) -> datetime:
         return self.clock()
+
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        output = json.loads(fn(self.connection))
+        self.steps[number] = RecordedStep(number, name, output)
+        return output
 
     def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
         output: Any

@@ -264,3 +264,23 @@ FROM wfctl_start_children_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)
 SELECT state, output
 FROM wfctl_set_event_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(key)s,
                           %(value)s::jsonb, %(started)s);
+
+-- name: transaction_fence
+-- ctx.transaction (wfctl/worker/transactions.py), first statement of the application's
+-- transaction: this execution still holds the run (lease epoch, running); the row stays locked
+-- until the commit, so no recover, cancel or claim can move the lease in between.
+SELECT 1 FROM workflows
+WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
+FOR NO KEY UPDATE;
+
+-- name: transaction_recorded
+-- The step a transactional step's earlier try committed (its reply lost with the connection).
+SELECT output_data FROM workflow_steps
+WHERE workflow_id = %(id)s AND step_number = %(step)s AND status = 'completed'
+  AND lease_epoch = %(epoch)s;
+
+-- name: transaction_checkpoint
+-- The step's checkpoint, in the application's transaction (the same function the coordination
+-- steps use, migration 0006).
+SELECT wfctl_step_done(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(output)s::jsonb,
+                       %(started)s);

@@ -33,6 +33,7 @@ from wfctl.worker.checkpoints import Kind, Request
 from wfctl.worker.claims import Claimed
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.retry import backoff
+from wfctl.worker.transactions import Fenced, TransactionPool, run_step
 
 Send = Callable[[Request | Call], None]
 
@@ -70,8 +71,10 @@ class Execution:
         send: Send,
         stopping: threading.Event,
         log: WorkerLog,
+        transactions: TransactionPool | None = None,
     ) -> None:
         self.claimed = claimed
+        self._transactions = transactions
         self.workflow = workflow
         self._send = send
         self._stopping = stopping
@@ -121,6 +124,20 @@ class Execution:
         deadline = self.claimed.deadline_at
         if deadline is not None and self.now() >= deadline:
             raise DeadlinePassed(self.claimed.deadline_error or "timed out")
+
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        """A transactional step (wfctl/worker/transactions.py): ``fn`` and the checkpoint in one
+        transaction on a pooled connection, fenced by this execution's epoch."""
+        self._settle()
+        if self._transactions is None:
+            raise RuntimeError("this worker has no connection pool for transactional steps")
+        c = self.claimed
+        try:
+            output = run_step(self._transactions, c.id, c.epoch, c.attempt, number, name, self.now(), fn)
+        except Fenced:
+            raise Lost() from None
+        self._last_step = number
+        return output
 
     def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run a coordination step in the database (wfctl/worker/calls.py) and wait for it."""

@@ -47,6 +47,7 @@ from wfctl.worker.options import WorkerOptions
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
 from wfctl.worker.stopping import Stopper
 from wfctl.worker.sweep import SweepDuty
+from wfctl.worker.transactions import TransactionPool
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
 
@@ -80,6 +81,8 @@ class Worker:
         self.conn: psycopg.Connection[Any] | None = None
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
+        # ctx.transaction's connections: a small pool, opened by the first transactional step
+        self.transactions = TransactionPool(dsn, min(options.concurrency, 4))
         self.finished: deque[Execution] = deque()
         # every execution this worker holds, by (id, epoch): after a cancel + retry or a
         # recovery, one worker may hold a lost old execution and the new one of the same id
@@ -444,7 +447,12 @@ class Worker:
         self._more = len(batch) == limit
         for claimed in batch:
             execution = Execution(
-                claimed, self.types[claimed.workflow_type], self.send, self.stopping, self.log
+                claimed,
+                self.types[claimed.workflow_type],
+                self.send,
+                self.stopping,
+                self.log,
+                self.transactions,
             )
             self.running[execution.key] = execution
             self.backlog.append(execution)
@@ -695,6 +703,7 @@ class Worker:
             self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
         for _ in self._threads:
             self._work.put(None)
+        self.transactions.close()
         self.stopper.uninstall()
         if self.health_server is not None:
             self.health_server.close()

@@ -35,6 +35,8 @@ EXPECTED: dict[str, frozenset[str]] = {
     "send": ALL,
     "event": ALL,
     "wait": ALL,
+    "limit": ALL,
+    "limits": ALL,
     "demo": NO_JSON,  # a guided tour for people
     "db status": ALL,
     "db url": NO_JSON,  # stdout is the DSN alone

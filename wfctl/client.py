@@ -12,6 +12,7 @@ from uuid import UUID
 
 import psycopg
 
+from wfctl import limits
 from wfctl.connection import connect, translate
 from wfctl.durations import as_seconds, parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import InvalidInput, InvalidState
@@ -79,11 +80,13 @@ def submit(
     priority: int = 0,
     max_retries: int | None = None,
     timeout: str | float | timedelta | None = None,
+    concurrency_key: str | None = None,
 ) -> UUID:
     """Enqueue one workflow and return its id. With ``key``, submitting again returns the same id
     and stores nothing new. Runs in the connection's current transaction when there is one, so
     an application can enqueue atomically with its own writes. ``timeout`` ("1h") is the run's
-    deadline from now: past it the run fails, wherever it is."""
+    deadline from now: past it the run fails, wherever it is. ``concurrency_key``
+    ("customer-42") puts the run under its type's per-key limit (``key_concurrency``)."""
     return submit_one(
         conn_or_dsn,
         workflow_type,
@@ -93,6 +96,7 @@ def submit(
         priority=priority,
         max_retries=max_retries,
         timeout=timeout,
+        concurrency_key=concurrency_key,
     ).id
 
 
@@ -106,6 +110,7 @@ def submit_one(
     priority: int = 0,
     max_retries: int | None = None,
     timeout: str | float | timedelta | None = None,
+    concurrency_key: str | None = None,
 ) -> Submitted:
     """Enqueue one workflow whose input is JSON text already checked by ``parse_input`` or
     ``encode_input`` (the size limit applies to what the user gave, not to this text)."""
@@ -113,6 +118,8 @@ def submit_one(
     check_key(key)
     check_int(priority, "priority")
     check_int(max_retries, "max_retries", minimum=0)
+    if concurrency_key is not None:
+        limits.check_key(concurrency_key)
     params = {
         "workflow_type": workflow_type,
         "input": input_json,
@@ -120,6 +127,7 @@ def submit_one(
         "delay": _delay(delay),
         "priority": priority,
         "max_retries": max_retries,
+        "concurrency_key": concurrency_key,
         **_timeout(timeout),
     }
     with _connection(conn_or_dsn) as conn, _library_errors():
@@ -149,11 +157,14 @@ def submit_many(
     priority: int = 0,
     max_retries: int | None = None,
     timeout: str | float | timedelta | None = None,
+    concurrency_key: str | None = None,
 ) -> list[UUID]:
     """Enqueue a batch of one type in a single statement (the caller owns the transaction)."""
     check_type(workflow_type)
     check_int(priority, "priority")
     check_int(max_retries, "max_retries", minimum=0)
+    if concurrency_key is not None:
+        limits.check_key(concurrency_key)
     with _library_errors():
         rows = conn.execute(
             q("client.submit_many"),
@@ -163,6 +174,7 @@ def submit_many(
                 "delay": _delay(delay),
                 "priority": priority,
                 "max_retries": max_retries,
+                "concurrency_key": concurrency_key,
                 **_timeout(timeout),
             },
         ).fetchall()

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from wfctl.durations import parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import AppError, InvalidInput
+from wfctl.limits import Limits, declared
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +31,9 @@ class WorkflowType:
     dont_retry: tuple[type[BaseException], ...] = ()  # errors that fail the run at once
     timeout: float | None = None  # seconds from the submit to the run's deadline
     timeout_error: str | None = None  # what a run fails with at that deadline
+    limits: Limits = field(default_factory=Limits)  # enforced by the claim (migration 0007)
+    schedule: str | None = None  # a cron expression: the worker keeps a schedule of this name
+    timezone: str | None = None  # the schedule's time zone (None: UTC)
 
 
 @dataclass
@@ -90,6 +94,11 @@ def workflow(
     retry_cap: str | float | timedelta = DEFAULT_RETRY_CAP,
     dont_retry: type[BaseException] | tuple[type[BaseException], ...] = (),
     timeout: str | float | timedelta | None = None,
+    concurrency: int | None = None,
+    key_concurrency: int | None = None,
+    rate: str | None = None,
+    schedule: str | None = None,
+    timezone: str | None = None,
     registry: Registry | None = None,
 ) -> Callable[[F], F]:
     """Register ``fn(ctx, data)`` as the workflow type ``name``.
@@ -100,6 +109,12 @@ def workflow(
     fails the run at once, without retries.
     ``timeout`` ("1h") gives each run a deadline counted from its submit (unless the submit set
     its own): past it the run fails with "timed out after 1h", wherever it is.
+    ``concurrency`` (at most N runs of the type hold a lease at once, across all workers),
+    ``rate`` ("100/1m": at most that many executions start per window, evenly spread) and
+    ``key_concurrency`` (at most K running per ``concurrency_key``, claims rotating across keys)
+    are stored in the database when a worker starts; ``wfctl limit`` overrides them.
+    ``schedule`` ("0 * * * *", or six fields with seconds first) with ``timezone``
+    ("Europe/Berlin", default UTC) submits a run at every tick (a schedule named after the type).
     """
     if not name or len(name) > MAX_TYPE_LENGTH:
         raise InvalidInput(f"a workflow type name must have 1 to {MAX_TYPE_LENGTH} characters")
@@ -113,6 +128,9 @@ def workflow(
     if seconds is not None and seconds <= 0:
         raise InvalidInput("timeout must be positive")
     message = timeout_message(timeout, seconds)
+    limits = declared(concurrency, key_concurrency, rate)
+    if timezone is not None and schedule is None:
+        raise InvalidInput("timezone is only meaningful with schedule")
 
     def decorate(fn: F) -> F:
         (registry or default_registry).add(
@@ -125,6 +143,9 @@ def workflow(
                 dont_retry=permanent,
                 timeout=seconds,
                 timeout_error=message,
+                limits=limits,
+                schedule=schedule,
+                timezone=timezone,
             )
         )
         fn.__wfctl_type__ = name  # type: ignore[attr-defined]

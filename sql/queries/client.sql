@@ -8,10 +8,11 @@
 -- A timeout sets the deadline from now (the type's own timeout is filled in at the first
 -- claim when this leaves it NULL).
 INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries,
-                       deadline_at, deadline_error)
+                       deadline_at, deadline_error, concurrency_key)
 VALUES (%(workflow_type)s, %(input)s::jsonb, %(key)s,
         now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'), coalesce(%(priority)s, 0),
-        %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8), %(timeout_error)s)
+        %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8), %(timeout_error)s,
+        %(concurrency_key)s)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
@@ -22,10 +23,10 @@ SELECT id FROM workflows WHERE idempotency_key = %(key)s;
 -- name: submit_many
 -- A batch of workflows of one type from an array of inputs: one statement, ids in input order.
 INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries, deadline_at,
-                       deadline_error)
+                       deadline_error, concurrency_key)
 SELECT %(workflow_type)s, t.input, now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'),
        %(priority)s, %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8),
-       %(timeout_error)s
+       %(timeout_error)s, %(concurrency_key)s
 FROM unnest(%(inputs)s::jsonb[]) WITH ORDINALITY AS t(input, ord)
 ORDER BY t.ord
 RETURNING id;

@@ -26,15 +26,37 @@ SELECT pg_notify(wfctl_channel(), '');
 -- NULL (and its timeout, at the first claim), clears what a parked run waited for, opens
 -- the execution's row in workflow_attempts, and returns the journal of completed steps for a
 -- run that resumes.
-WITH picked AS MATERIALIZED (
-    SELECT w.id
-    FROM workflows w
-    WHERE w.status = 'pending'
-      AND w.run_at <= now()
-      AND w.workflow_type = ANY(%(types)s::text[])
-    ORDER BY w.priority DESC, w.run_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Types with a limit in force (workflow_limits, migration 0007) are picked by
+-- wfctl_claim_limited, which serializes their claims on the limit's row and counts in a fresh
+-- snapshot; it is not called at all when none of the worker's types is limited. A rate limit
+-- that held back runnable work adds one row without an id whose retry_in says when to claim
+-- again.
+WITH limited AS MATERIALIZED (
+    SELECT coalesce(array_agg(l.workflow_type::text), '{}') AS types
+    FROM workflow_limits l
+    WHERE l.workflow_type = ANY (%(types)s::text[])
+      AND coalesce(l.concurrency, l.code_concurrency, l.key_concurrency, l.code_key_concurrency,
+                   l.rate_count, l.code_rate_count) IS NOT NULL
+),
+held AS MATERIALIZED (
+    SELECT g.id, g.retry_in
+    FROM limited CROSS JOIN LATERAL wfctl_claim_limited(limited.types, %(limit)s) AS g
+    WHERE cardinality(limited.types) > 0
+),
+picked AS MATERIALIZED (
+    SELECT h.id FROM held h WHERE h.id IS NOT NULL
+    UNION ALL
+    SELECT f.id FROM (
+        SELECT w.id
+        FROM workflows w
+        WHERE w.status = 'pending'
+          AND w.run_at <= now()
+          AND w.workflow_type = ANY (%(types)s::text[])
+          AND w.workflow_type::text <> ALL ((SELECT types FROM limited)::text[])
+        ORDER BY w.priority DESC, w.run_at
+        LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))
+        FOR UPDATE SKIP LOCKED
+    ) AS f
 ),
 claimed AS (
     UPDATE workflows w
@@ -76,7 +98,10 @@ opened AS (
     SELECT c.id, c.lease_epoch, c.attempt, %(owner)s, c.db_now FROM claimed c
     ON CONFLICT (workflow_id, lease_epoch) DO NOTHING
 )
-SELECT * FROM claimed;
+SELECT c.*, NULL::float8 AS retry_in FROM claimed c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
+FROM held h WHERE h.id IS NULL;
 
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. It knows no

@@ -17,9 +17,10 @@ from wfctl.queries import q
 
 @dataclass(frozen=True)
 class ClaimRow:
-    """One row the claim statement returns (columns by name, see worker.claim)."""
+    """One row the claim statement returns (columns by name, see worker.claim). The row
+    without an id carries only retry_in: a rate limit held work back."""
 
-    id: UUID
+    id: UUID | None
     workflow_type: str
     input_data: Any
     lease_epoch: int
@@ -30,6 +31,7 @@ class ClaimRow:
     deadline_error: str | None
     journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
     db_now: datetime
+    retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
 @dataclass(frozen=True)
@@ -60,16 +62,25 @@ class Claimed:
     deadline_error: str | None = None
 
 
+@dataclass(frozen=True)
+class Batch:
+    """What one claim took, and when a rate limit lets more go (None: no rate held work back)."""
+
+    claimed: list[Claimed]
+    retry_in: float | None = None
+
+
 def claim(
     conn: psycopg.Connection[Any],
     owner: str,
     policies: dict[str, Policy],
     limit: int,
-) -> list[Claimed]:
+) -> Batch:
     """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
-    type sets when the submitter left it unset). One statement, one commit."""
+    type sets when the submitter left it unset), within the types' limits. One statement, one
+    commit."""
     if limit <= 0 or not policies:
-        return []
+        return Batch([])
     types = list(policies)
     params = {
         "types": types,
@@ -82,7 +93,8 @@ def claim(
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         rows = cur.execute(q("worker.claim"), params).fetchall()
     arrived = time.monotonic()
-    return [
+    hints = [row.retry_in for row in rows if row.id is None and row.retry_in is not None]
+    claimed = [
         Claimed(
             id=row.id,
             workflow_type=row.workflow_type,
@@ -101,7 +113,9 @@ def claim(
             deadline_error=row.deadline_error,
         )
         for row in rows
+        if row.id is not None
     ]
+    return Batch(claimed, min(hints) if hints else None)
 
 
 def listen(conn: psycopg.Connection[Any]) -> None:

@@ -32,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import recovery, schema
+from wfctl import limits, recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
@@ -308,6 +308,9 @@ class Worker:
         self.stopper.install()
         self.conn = self._connect()
         schema.check(self.conn)
+        # the limits the code declares (@wfctl.workflow(concurrency=, rate=, key_concurrency=))
+        # go to the database, where every worker's claim enforces them
+        limits.declare(self.conn, [(name, wt.limits) for name, wt in self.types.items()])
         for index in range(self.options.concurrency):
             thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
             thread.start()
@@ -444,8 +447,11 @@ class Worker:
             self._refused("claim", exc)
             self._more = False
             return 0
-        self._more = len(batch) == limit
-        for claimed in batch:
+        self._more = len(batch.claimed) == limit
+        if batch.retry_in is not None:
+            # a rate limit held runnable work back: claim again when it lets the next start go
+            self.poll.next_at = min(self.poll.next_at, time.monotonic() + batch.retry_in)
+        for claimed in batch.claimed:
             execution = Execution(
                 claimed,
                 self.types[claimed.workflow_type],
@@ -457,7 +463,7 @@ class Worker:
             self.running[execution.key] = execution
             self.backlog.append(execution)
         self._start_ready()
-        return len(batch)
+        return len(batch.claimed)
 
     def _flush(self) -> None:
         batch: list[Request] = []

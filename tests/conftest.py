@@ -89,12 +89,33 @@ def empty_dsn(pg_server: Server) -> Iterator[str]:
             conn.execute(composed("admin.drop_database", name=name))
 
 
+@pytest.fixture(scope="session")
+def migrated_template(pg_server: Server) -> Iterator[str]:
+    """A database with the wfctl schema installed, made once per run: each test's ``dsn`` is a
+    copy of it (much faster than migrating every test's database)."""
+    name = f"wfctl_tpl_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(composed("admin.create_database", name=name))
+    try:
+        with psycopg.connect(with_db(pg_server.admin_dsn, name), autocommit=True) as conn:
+            schema.migrate(conn)
+        yield name
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            conn.execute(composed("admin.drop_database", name=name))
+
+
 @pytest.fixture
-def dsn(empty_dsn: str) -> str:
-    """A new database with the wfctl schema installed."""
-    with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        schema.migrate(conn)
-    return empty_dsn
+def dsn(pg_server: Server, migrated_template: str) -> Iterator[str]:
+    """A new database with the wfctl schema installed (a copy of the migrated template)."""
+    name = f"wfctl_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        conn.execute(composed("admin.create_database_from", name=name, template=migrated_template))
+    try:
+        yield with_db(pg_server.admin_dsn, name)
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            conn.execute(composed("admin.drop_database", name=name))
 
 
 @pytest.fixture

@@ -40,6 +40,9 @@ OUTSIDE_THE_PACKAGE = {
         "tests/conftest.py and tests/test_init.py drop the throwaway databases they create with "
         "admin.create_database (which wfctl.embedded runs), without string-formatted DDL"
     ),
+    "admin.create_database_from": (
+        "tests/conftest.py copies each test's database from a template migrated once per run"
+    ),
 }
 
 Files = dict[str, str]  # path (for messages) -> source

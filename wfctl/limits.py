@@ -115,18 +115,21 @@ def declared(concurrency: object, key_concurrency: object, rate: object) -> Limi
 def declare(conn: psycopg.Connection[Any], types: Iterable[tuple[str, Limits]]) -> int:
     """Write what the code declares for these types, (name, limits) pairs (a worker at start);
     how many rows changed."""
-    items = list(types)
+    items = sorted(types, key=lambda item: item[0])
     rates = [lim.rate for _, lim in items]
-    row = conn.execute(
-        q("limits.declare"),
-        {
-            "types": [name for name, _ in items],
-            "concurrency": [lim.concurrency for _, lim in items],
-            "key_concurrency": [lim.key_concurrency for _, lim in items],
-            "rate_count": [r.count if r else None for r in rates],
-            "rate_seconds": [r.seconds if r else None for r in rates],
-        },
-    ).fetchone()
+    names = [name for name, _ in items]
+    with conn.transaction():
+        conn.execute(q("limits.lock"), {"types": names})
+        row = conn.execute(
+            q("limits.declare"),
+            {
+                "types": names,
+                "concurrency": [lim.concurrency for _, lim in items],
+                "key_concurrency": [lim.key_concurrency for _, lim in items],
+                "rate_count": [r.count if r else None for r in rates],
+                "rate_seconds": [r.seconds if r else None for r in rates],
+            },
+        ).fetchone()
     return int(row[0]) if row else 0
 
 

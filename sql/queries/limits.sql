@@ -1,6 +1,13 @@
 -- Flow-control limits (wfctl/limits.py): what code declares, what operators set, and the list.
 -- The claim enforces them (worker.claim, wfctl_claim_limited in migration 0007).
 
+-- name: lock
+-- Before `declare`, in its transaction: lock the types' rows in name order, the order claims
+-- lock them in (wfctl_claim_limited), so a worker starting while others claim cannot deadlock.
+SELECT 1 FROM workflow_limits WHERE workflow_type = ANY (%(types)s::text[])
+ORDER BY workflow_type
+FOR UPDATE;
+
 -- name: declare
 -- A worker at start: write what its code declares for each of its types (code_* columns);
 -- a type whose code declares nothing loses earlier declarations. A changed rate starts afresh

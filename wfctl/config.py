@@ -60,6 +60,7 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: Every key wfctl.toml may hold, with its type; anything else is a typo and an error.
 SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "database": {"dsn": str, "embedded": bool, "data_dir": str, "schema": str},
+    "reports": {"dsn": str},
     "worker": {
         "app": str,
         "concurrency": int,
@@ -375,6 +376,23 @@ def resolve_target(dsn_option: str | None, config: Config, *, schema: str | None
         if refusal is not None:
             raise refusal
     return Target(dsn=None, source="embedded default", data_dir=home, data_dir_from=why, schema=schema)
+
+
+def resolve_reports_target(replica_option: str | None, config: Config, primary: Target) -> Target | None:
+    """Where the read-only reports read: ``--replica``, then ``[reports] dsn``; None: the primary
+    (``primary``, whose schema the standby shares)."""
+    if replica_option is not None:
+        if not replica_option.strip():
+            raise InvalidInput("--replica is empty: give the standby's DSN, or leave --replica out")
+        return Target(dsn=replica_option, source="--replica", schema=primary.schema)
+    dsn = config.data.get("reports", {}).get("dsn")
+    if dsn is None:
+        return None
+    if not dsn.strip():
+        raise ConfigError(
+            f"{config.path}: [reports] dsn is empty: set it to the standby's DSN, or remove the line"
+        )
+    return Target(dsn=dsn, source=f"[reports] dsn in {config.path}", schema=primary.schema)
 
 
 def describe_data_dir_origin(target: Target, config: Config) -> str | None:

@@ -12,10 +12,18 @@ from typing import Annotated, Any
 import psycopg
 import typer
 
-from wfctl import schema
+from wfctl import replica, schema
 from wfctl.cli import render
 from wfctl.cli.clicompat import get_current_context
-from wfctl.config import Config, Target, load_config, open_target, resolve_target, target_dsn
+from wfctl.config import (
+    Config,
+    Target,
+    load_config,
+    open_target,
+    resolve_reports_target,
+    resolve_target,
+    target_dsn,
+)
 
 DsnOpt = Annotated[
     str | None,
@@ -35,6 +43,15 @@ ConfigOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of tables.")]
+ReplicaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--replica",
+        help="Read from this streaming standby instead of the primary (default: [reports] dsn in "
+        "wfctl.toml, else the primary); says how far behind it is, on stderr.",
+        show_default=False,
+    ),
+]
 
 
 @dataclass
@@ -65,6 +82,7 @@ class Session:
     _config: Config | None = field(default=None, repr=False)
     _target: Target | None = field(default=None, repr=False)
     _announced: bool = field(default=False, repr=False)
+    replica_status: replica.ReplicaStatus | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, dsn: str | None = None, config: Path | None = None, json: bool = False) -> Session:
@@ -105,6 +123,29 @@ class Session:
     def dsn(self) -> str:
         self._announce()
         return target_dsn(self.target(), notice=render.notice)
+
+    def connect_reports(self, replica_option: str | None, *, quiet: bool = False) -> psycopg.Connection[Any]:
+        """A connection for a read-only report: to the standby named by ``--replica`` or
+        ``[reports] dsn`` (saying on stderr how current its data is: with ``quiet``, as for
+        --json and metrics run from cron, only when replay is paused or not streaming), else to
+        the primary. The standby's status is kept in ``replica_status``."""
+        target = resolve_reports_target(replica_option, self.config(), self.target())
+        if target is None:
+            return self.connect()
+        conn = open_target(target, notice=render.notice)
+        try:
+            schema.check(conn)
+            found = replica.status(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self.replica_status = found
+        where = conn.info.host if conn.info.host.startswith("/") else f"{conn.info.host}:{conn.info.port}"
+        if found.worrying:
+            render.warn(found.describe(where))
+        elif not quiet:
+            render.notice(found.describe(where))
+        return conn
 
     def connect(self, *, check_schema: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
         self._announce()

@@ -13,10 +13,11 @@ import typer
 
 from wfctl import reports, validate, words
 from wfctl.cli import render, render_waits
-from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, ReplicaOpt, Session
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import InvalidInput
 from wfctl.prometheus import exposition, generated_family, write_atomically
+from wfctl.replica import age_family as replica_age_family
 
 SinceOpt = Annotated[
     str, typer.Option("--since", help="Window: workflows created within this long ago (30s, 5m, 24h, 7d).")
@@ -54,6 +55,7 @@ def stats(
     since: SinceOpt = "24h",
     stale: StaleOpt = None,
     workflow_type: TypeOpt = None,
+    replica: ReplicaOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -62,7 +64,7 @@ def stats(
     window, threshold = _duration(since, "--since"), _stale(stale)
     _type_filter(workflow_type)
     session = Session.create(dsn, config, json)
-    with session.connect() as conn:
+    with session.connect_reports(replica, quiet=session.json) as conn:
         report = reports.stats(conn, since=window, stale=threshold, workflow_type=workflow_type)
     if session.json:
         render.print_json(
@@ -107,6 +109,7 @@ def list_workflows(
             "with what each waits for and the time left.",
         ),
     ] = False,
+    replica: ReplicaOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -117,7 +120,7 @@ def list_workflows(
     if status is not None:
         words.check_status(status)
     session = Session.create(dsn, config, json)
-    with session.connect() as conn:
+    with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.list_workflows(
             conn, status=status, workflow_type=workflow_type, since=window, limit=limit, waiting=waiting
         )
@@ -136,6 +139,7 @@ def show(
     traceback: Annotated[
         bool, typer.Option("--traceback", help="Print the error's whole traceback (file and line).")
     ] = False,
+    replica: ReplicaOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -144,7 +148,7 @@ def show(
     timeline of its steps, its attempts, its parent and children, its events and messages."""
     ident = words.parse_id(workflow_id)
     session = Session.create(dsn, config, json)
-    with session.connect() as conn:
+    with session.connect_reports(replica, quiet=session.json) as conn:
         detail = reports.show_workflow(conn, ident)
     if session.json:
         render.print_json(
@@ -168,13 +172,17 @@ def show(
 
 
 def workers(
-    stale: StaleOpt = None, dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False
+    stale: StaleOpt = None,
+    replica: ReplicaOpt = None,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
 ) -> None:
     """Registered workers, live ones first: host, pid, heartbeat age and interval, workflows
     running. Dead: it missed its heartbeats (its interval times its missed beats)."""
     threshold = _stale(stale)
     session = Session.create(dsn, config, json)
-    with session.connect() as conn:
+    with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.workers(conn, stale=threshold)
     if session.json:
         render.print_json(rows)
@@ -222,6 +230,7 @@ def metrics(
         str, typer.Option("--since", help="Window of the step-duration summary (workflows created since).")
     ] = "1h",
     output: OutputOpt = None,
+    replica: ReplicaOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -234,8 +243,10 @@ def metrics(
     if output is not None:
         _check_output(output)
     session = Session.create(dsn, config, json)
-    with session.connect() as conn:
+    with session.connect_reports(replica, quiet=True) as conn:
         families = reports.metric_families(conn, stale=threshold, since=window)
+    if session.replica_status is not None:
+        families.append(replica_age_family(session.replica_status))
     families.append(generated_family(time.time()))
     text = render.to_json(families) + "\n" if session.json else exposition(families)
     if output is None:

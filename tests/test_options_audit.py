@@ -43,6 +43,13 @@ EXPECTED: dict[str, frozenset[str]] = {
     "db start": frozenset({"--config"}),  # the embedded server: a DSN names no server to start
     "db stop": frozenset({"--config"}),
     "completion": frozenset(),  # prints a shell script; touches no database
+    "schedule add": ALL,
+    "schedule pause": ALL,
+    "schedule resume": ALL,
+    "schedule trigger": ALL,
+    "schedule delete": ALL,
+    "schedules": ALL,
+    "tick": ALL,
 }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from wfctl import cron
 from wfctl.durations import parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import AppError, InvalidInput
 from wfctl.limits import Limits, declared
@@ -131,6 +132,7 @@ def workflow(
     limits = declared(concurrency, key_concurrency, rate)
     if timezone is not None and schedule is None:
         raise InvalidInput("timezone is only meaningful with schedule")
+    cron.check(schedule, timezone)  # a malformed expression, an unknown zone: InvalidInput now
 
     def decorate(fn: F) -> F:
         (registry or default_registry).add(

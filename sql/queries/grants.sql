@@ -9,6 +9,8 @@ SELECT 1 FROM pg_roles WHERE rolname = %(role)s;
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE ON workflows, workflow_steps, workflow_attempts, workers TO {role};
 GRANT SELECT, INSERT, UPDATE ON workflow_messages, workflow_events TO {role};
+-- DELETE on schedules only: a worker deletes the schedule its code no longer declares
+GRANT SELECT, INSERT, UPDATE, DELETE ON workflow_schedules TO {role};
 GRANT SELECT, INSERT, UPDATE ON workflow_limits TO {role};
 GRANT SELECT ON wfctl_schema_migrations TO {role};
 GRANT USAGE, SELECT ON SEQUENCE workflow_steps_id_seq TO {role};

@@ -18,6 +18,7 @@ from wfctl import __version__, exits
 from wfctl.cli import completion, coordination, demo, inspect, manage, render, setup, submit, worker
 from wfctl.cli import db as db_commands
 from wfctl.cli import limits as limit_commands
+from wfctl.cli import schedules as schedule_commands
 from wfctl.cli.clicompat import UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate
@@ -143,6 +144,7 @@ worker.register(app)
 manage.register(app)
 coordination.register(app)
 limit_commands.register(app)
+schedule_commands.register(app)
 inspect.register(app)
 demo.register(app)
 completion.register(app)

@@ -36,7 +36,7 @@ from wfctl import limits, recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
-from wfctl.worker import burst, claims, heartbeat
+from wfctl.worker import burst, claims, heartbeat, ticks
 from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import Request, flush, merge
 from wfctl.worker.duties import Duties, Duty
@@ -145,6 +145,17 @@ class Worker:
         # every beat, also with --no-sweep (running ones fail at their next step boundary)
         self.deadlines = self.duties.add(
             Duty("deadlines", options.heartbeat, self._expire, active=lambda: not self.stopping.is_set())
+        )
+        # schedules: fire the ticks that are due, at the earliest tick and at least every beat
+        self.ticks = self.duties.add(
+            ticks.TickDuty(
+                options.heartbeat,
+                self._fire_ticks,
+                log,
+                clock=time.monotonic,
+                fired=lambda: setattr(self, "_more", True),
+                enabled=lambda: not self.stopping.is_set(),
+            )
         )
         # readiness (--health-port, --health-file): connected, and the last beat recent
         self.last_beat_ok: float | None = None  # monotonic time of the last successful beat
@@ -308,6 +319,7 @@ class Worker:
         self.stopper.install()
         self.conn = self._connect()
         schema.check(self.conn)
+        ticks.declare(self.conn, self.types, self.log)  # the schedules the code declares
         # the limits the code declares (@wfctl.workflow(concurrency=, rate=, key_concurrency=))
         # go to the database, where every worker's claim enforces them
         limits.declare(self.conn, [(name, wt.limits) for name, wt in self.types.items()])
@@ -589,6 +601,13 @@ class Worker:
             return
         for run in expired:
             self.log.event("failed", f"{run.id} {run.error_message}", level="error", type=run.workflow_type)
+
+    def _fire_ticks(self) -> ticks.Outcome | None:
+        try:
+            return self._with_db("schedule check", ticks.fire_once)  # type: ignore[no-any-return]
+        except psycopg.Error as exc:
+            self._refused("schedule check", exc)
+            return None
 
     def _burst_finished(self) -> bool:
         """--burst with nothing runnable: if work of its types is due within --burst-wait, wait

@@ -145,7 +145,7 @@ def cron_jobs(path: Path) -> list[tuple[list[str], str, str]]:
 
 def test_cron_lines_are_well_formed():
     jobs = cron_jobs(CRON)
-    assert [shlex.split(command)[6] for _, _, command in jobs] == ["recover", "prune", "metrics"]
+    assert [shlex.split(command)[6] for _, _, command in jobs] == ["recover", "prune", "metrics", "tick"]
     for fields, user, command in jobs:
         for field, (low, high) in zip(fields, _CRON_RANGES, strict=True):
             check_cron_field(field, low, high)
@@ -222,6 +222,16 @@ def test_cron_lines_run_in_crons_environment(dsn, conn, tmp_path):
     names = {f.name for f in parser.text_string_to_metric_families(prom.read_text())}
     assert {"wfctl_workflows", GENERATED} <= names
     assert [p.name for p in scene.textfile.iterdir()] == ["wfctl.prom"]
+
+    tick = scene.run(jobs["tick"])  # no schedule due: nothing to mail
+    assert (tick.returncode, tick.stdout, tick.stderr) == (0, "", "")
+    conn.execute(
+        "INSERT INTO workflow_schedules (name, workflow_type, cron, next_tick_at)"
+        " VALUES ('minutely', 'report', '* * * * *', date_trunc('minute', now()))"
+    )
+    tick = scene.run(jobs["tick"])
+    assert (tick.returncode, tick.stdout, tick.stderr) == (0, "", "")  # --quiet: routine, not mailed
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE workflow_type = 'report'") == [(1,)]
 
 
 def test_cron_lines_with_the_database_down(dsn, tmp_path):

@@ -191,7 +191,20 @@ def list_schedules(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt =
     )
 
 
-def tick(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
+def tick(
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print only what needs attention (missed ticks, schedules that cannot be fired), "
+            "not each run submitted: for cron, which mails what is printed.",
+        ),
+    ] = False,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
     """Fire every schedule tick that is due, once (for system cron where no worker runs all the
     time; live workers do it themselves): one line per run submitted, nothing when none was due."""
     session = Session.create(dsn, config, json)
@@ -217,7 +230,7 @@ def tick(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) ->
             f"missed schedule {missed.schedule}: ticks from {cron.iso(missed.first)} to before "
             f"{cron.iso(missed.until)} were not run"
         )
-    for fired in firing.fired:
+    for fired in [] if quiet else firing.fired:
         what = fired.id if fired.id is not None else "stored before"
         render.line(
             f"fired schedule {fired.schedule} for {cron.iso(fired.tick)}: {fired.workflow_type} {what}"

@@ -3,9 +3,9 @@
 A duty is due at a time on the loop's monotonic clock, or at once when something asked for it
 (``soon()``: a heartbeat right after a reconnect or a fenced write). The loop runs the duties
 that are due at each turn and sleeps until the earliest due time of the duties that are
-active. Heartbeat, polling for work and the stale sweep (``wfctl/worker/sweep.py``) are duties
-today; schedules and deadline enforcement would be one more ``Duty`` each: a name, an interval,
-an action, a test.
+active. Heartbeat, polling for work, the stale sweep (``wfctl/worker/sweep.py``), deadlines and
+the schedules' ticks (``wfctl/worker/ticks.py``) are duties: a name, an interval, an action, a
+test each.
 """
 
 from __future__ import annotations

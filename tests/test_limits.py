@@ -8,6 +8,7 @@ a claim takes is the exact number right after it; between claims the number only
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -16,6 +17,7 @@ from helpers import rows, wait_for
 
 import wfctl
 from wfctl import client, jsonvalue
+from wfctl.worker import claims
 
 APP = "limitflows"
 
@@ -93,7 +95,7 @@ def test_parked_runs_do_not_count_against_the_limit(dsn: str, workers) -> None:
 
 def test_a_limit_set_at_run_time_applies_from_the_next_claim(sampled: str, workers) -> None:
     # paused: nothing runs
-    submit_batch(sampled, "plain", 40, {"pause": 0.2})
+    submit_batch(sampled, "plain", 80, {"pause": 0.3})
     wfctl_ok(workers, "limit", "plain", "--concurrency", "0")
     workers.start("--concurrency", "8", app=APP)
     workers.start("--concurrency", "8", app=APP)
@@ -115,7 +117,7 @@ def test_a_limit_set_at_run_time_applies_from_the_next_claim(sampled: str, worke
     )
     # cleared: no limit at all, everything drains
     wfctl_ok(workers, "limit", "plain", "--clear")
-    wait_for(lambda: finished(sampled, "plain") == 40, timeout=60, what="the rest")
+    wait_for(lambda: finished(sampled, "plain") == 80, timeout=60, what="the rest")
     assert most_leases(sampled, "plain") > 5
 
 
@@ -175,3 +177,105 @@ def test_a_per_key_limit_is_fair_to_a_small_key_behind_a_huge_backlog(sampled: s
         " GROUP BY 1 ORDER BY 1",
     )
     assert most == [("A", 2), ("B", 2)]
+
+
+# -- regressions (found in review) --------------------------------------------------------------
+
+
+def test_a_run_committed_while_a_claim_waits_for_the_limit_is_not_charged_and_stays_runnable(
+    dsn: str,
+) -> None:
+    """wfctl_claim_limited picks in fresh snapshots; the claim's UPDATE reads the statement's
+    older snapshot. A run committed in between is picked but not claimed: it must not be charged
+    to the rate (at 1/1h the type would then wait an hour), and the next claim takes it."""
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "INSERT INTO workflow_limits (workflow_type, rate_count, rate_seconds) VALUES ('plain', 1, 3600)"
+        )
+    app = psycopg.connect(dsn)
+    wid = wfctl.submit(app, "plain", {})  # in the application's transaction, not committed yet
+    holder = psycopg.connect(dsn)
+    holder.execute("SELECT 1 FROM workflow_limits WHERE workflow_type = 'plain' FOR UPDATE")
+    result: dict[str, claims.Batch] = {}
+
+    def claim() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            result["batch"] = claims.claim(conn, "w1", {"plain": claims.Policy(max_retries=0)}, 4)
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    wait_for(
+        lambda: (
+            rows(
+                dsn,
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )[0][0]
+            == 1
+        ),
+        what="the claim to wait for the limit's row",
+    )
+    app.commit()
+    app.close()
+    holder.commit()
+    holder.close()
+    thread.join(30)
+    assert [c.id for c in result["batch"].claimed] == []
+    assert rows(dsn, "SELECT rate_tat FROM workflow_limits") == [(None,)]  # not charged
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        again = claims.claim(conn, "w1", {"plain": claims.Policy(max_retries=0)}, 4)
+    assert [c.id for c in again.claimed] == [wid]
+    assert rows(dsn, "SELECT rate_tat > now() + interval '59 minutes' FROM workflow_limits") == [(True,)]
+
+
+def test_a_burst_worker_exits_when_its_type_is_paused(dsn: str, workers) -> None:
+    wfctl.submit(dsn, "plain", {})
+    wfctl_ok(workers, "limit", "plain", "--concurrency", "0")
+    log = workers.run(app=APP, timeout=30)
+    assert "1 workflow(s) of its types paused" in log
+    assert rows(dsn, "SELECT status FROM workflows") == [("pending",)]
+
+
+def test_keys_holding_only_parked_runs_do_not_use_up_the_key_walk(dsn: str) -> None:
+    """100 keys whose only runs are parked come before the one key with a runnable run: one
+    claim finds it (the walk visits keys with a runnable run only)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO workflow_limits (workflow_type, key_concurrency) VALUES ('tenant', 2)")
+        conn.execute(
+            "INSERT INTO workflows (workflow_type, concurrency_key, run_at)"
+            " SELECT 'tenant', 'k' || lpad(i::text, 3, '0'), now() + interval '1 hour'"
+            " FROM generate_series(1, 100) i"
+        )
+        conn.execute("INSERT INTO workflows (workflow_type, concurrency_key) VALUES ('tenant', 'zzz')")
+        batch = claims.claim(conn, "w1", {"tenant": claims.Policy(max_retries=0)}, 4)
+    assert len(batch.claimed) == 1
+
+
+@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
+def test_the_key_walk_probes_the_index_under_any_plan(dsn: str, mode: str) -> None:
+    """The worker forces generic plans (worker.session_setup). The key probe must still seek in
+    workflows_keyed_pending_idx, not read the keyed entries from the first key up to the cursor:
+    100,000 pending keyed runs over 1,000 keys, the cursor half-way, a claim of 16 reads a few
+    hundred index entries (each key's probe and pick), not tens of thousands."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workflow_limits (workflow_type, key_concurrency, key_cursor)"
+            " VALUES ('tenant', 2, 'k0500')"
+        )
+        conn.execute(
+            "INSERT INTO workflows (workflow_type, concurrency_key)"
+            " SELECT 'tenant', 'k' || lpad((i % 1000)::text, 4, '0') FROM generate_series(1, 100000) i"
+        )
+        conn.execute("VACUUM ANALYZE workflows")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(f"SET plan_cache_mode = {mode}")
+        for _ in range(6):  # past the custom plans PL/pgSQL tries first
+            assert len(claims.claim(conn, "w1", {"tenant": claims.Policy(max_retries=0)}, 16).claimed) == 16
+            conn.rollback()  # the cursor stays half-way
+        claims.claim(conn, "w1", {"tenant": claims.Policy(max_retries=0)}, 16)
+        read = conn.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('workflows_keyed_pending_idx'::regclass)"
+        ).fetchone()[0]
+        conn.rollback()
+    print(f"\n{mode}: {read} index entries read")
+    assert read < 2000, read

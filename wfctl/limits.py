@@ -80,11 +80,21 @@ def check_limit(value: object, what: str, *, allow_zero: bool = True) -> int:
 
 def check_key(value: object) -> str:
     """A concurrency key: 1 to MAX_KEY_LENGTH characters of text without NUL."""
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_KEY_LENGTH or "\x00" in value:
-        raise InvalidInput(
-            f"a concurrency key must be 1 to {MAX_KEY_LENGTH} characters of text, not {value!r}"
-        )
-    return value
+    problem = None
+    if not isinstance(value, str):
+        problem = f"not {type(value).__name__}"
+    elif not 1 <= len(value) <= MAX_KEY_LENGTH:
+        problem = f"not {len(value)}"
+    elif "\x00" in value:
+        problem = "without NUL"
+    else:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "in UTF-8 (it holds a lone surrogate)"
+    if problem is not None:
+        raise InvalidInput(f"a concurrency key must be 1 to {MAX_KEY_LENGTH} characters of text, {problem}")
+    return value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

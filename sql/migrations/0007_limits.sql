@@ -59,7 +59,9 @@ $$;
 -- and lock them (the caller, worker.claim, takes the leases in the same transaction). Returns
 -- the picked ids, and at most one row with id NULL whose retry_in says in how many seconds a
 -- rate limit lets the next start go when a rate held back runnable work (the worker claims
--- again then).
+-- again then). The rate is charged by the caller for the runs it claimed: the caller's UPDATE
+-- reads its statement's snapshot, older than these picks, so a run committed in between may be
+-- picked here and not claimed there (it stays runnable, and costs nothing).
 CREATE FUNCTION wfctl_claim_limited(p_types text[], p_want integer)
 RETURNS TABLE (id uuid, retry_in float8) LANGUAGE plpgsql AS $$
 DECLARE
@@ -149,13 +151,23 @@ BEGIN
             LOOP
                 EXIT WHEN cardinality(took) >= avail OR visits >= greatest(64, 4 * avail);
                 visits := visits + 1;
+                -- the next key with a runnable run: one probe of workflows_keyed_pending_idx
+                -- (two statements, so that a generic plan has the key as an index condition;
+                -- keys whose runs are all parked or delayed are passed over, not visited)
                 key_next := NULL;
-                SELECT w.concurrency_key INTO key_next FROM workflows w
-                WHERE w.workflow_type = lim.workflow_type AND w.status = 'pending'
-                  AND w.concurrency_key IS NOT NULL
-                  AND (key_now IS NULL OR w.concurrency_key > key_now)
-                ORDER BY w.concurrency_key
-                LIMIT 1;
+                IF key_now IS NULL THEN
+                    SELECT w.concurrency_key INTO key_next FROM workflows w
+                    WHERE w.workflow_type = lim.workflow_type AND w.status = 'pending'
+                      AND w.concurrency_key IS NOT NULL AND w.run_at <= now()
+                    ORDER BY w.concurrency_key
+                    LIMIT 1;
+                ELSE
+                    SELECT w.concurrency_key INTO key_next FROM workflows w
+                    WHERE w.workflow_type = lim.workflow_type AND w.status = 'pending'
+                      AND w.concurrency_key > key_now AND w.run_at <= now()
+                    ORDER BY w.concurrency_key
+                    LIMIT 1;
+                END IF;
                 EXIT WHEN wrapped AND (key_next IS NULL OR key_next > key_start);  -- all had a turn
                 IF key_next IS NULL THEN
                     IF NOT unkeyed_done THEN
@@ -193,8 +205,8 @@ BEGIN
         END IF;
 
         IF lim.rate_count IS NOT NULL AND cardinality(took) > 0 THEN
+            -- the rate is charged by the claim statement (worker.claim), for the runs it claimed
             base := base + make_interval(secs => cardinality(took) * interval_s);
-            UPDATE workflow_limits SET rate_tat = base WHERE workflow_type = lim.workflow_type;
             IF rate_bound AND cardinality(took) >= avail THEN
                 -- every start the rate allowed went: claim again when the next one may
                 next_start := extract(epoch FROM base - now())
@@ -211,3 +223,13 @@ BEGIN
     END IF;
 END;
 $$;
+
+-- Pin the functions to this schema, as migrations 0003 and 0006 do.
+DO $migration$
+DECLARE
+    here text := current_schema();
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.wfctl_claim_limited(text[], integer) SET search_path = %I, pg_temp',
+                   here, here);
+END
+$migration$;

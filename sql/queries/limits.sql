@@ -61,7 +61,7 @@ SELECT EXISTS (SELECT 1 FROM workers, unnest(workflow_types) AS t WHERE t = %(ty
 -- name: set
 -- `wfctl limit TYPE --concurrency N --per-key K --rate C/W`: set what was given (a NULL
 -- parameter keeps the current value), then NOTIFY the workers so that idle ones claim at once
--- under the new limit. A changed rate starts afresh.
+-- under the new limit. A changed rate starts afresh (the same rate again changes nothing).
 WITH changed AS (
     INSERT INTO workflow_limits AS l (workflow_type, concurrency, key_concurrency, rate_count,
                                       rate_seconds, updated_at)
@@ -71,18 +71,22 @@ WITH changed AS (
         key_concurrency = coalesce(excluded.key_concurrency, l.key_concurrency),
         rate_count = coalesce(excluded.rate_count, l.rate_count),
         rate_seconds = coalesce(excluded.rate_seconds, l.rate_seconds),
-        rate_tat = CASE WHEN excluded.rate_count IS NULL THEN l.rate_tat ELSE NULL END,
+        rate_tat = CASE WHEN excluded.rate_count IS NULL
+                             OR (excluded.rate_count, excluded.rate_seconds)
+                                IS NOT DISTINCT FROM (l.rate_count, l.rate_seconds)
+                        THEN l.rate_tat END,
         updated_at = now()
     RETURNING l.workflow_type
 )
 SELECT pg_notify(wfctl_channel(), '') FROM changed;
 
 -- name: clear
--- `wfctl limit TYPE --clear`: drop the operator's values; the code's, if any, apply again.
+-- `wfctl limit TYPE --clear`: drop the operator's values; the code's, if any, apply again (a
+-- rate that was set starts afresh).
 WITH cleared AS (
     UPDATE workflow_limits
     SET concurrency = NULL, key_concurrency = NULL, rate_count = NULL, rate_seconds = NULL,
-        rate_tat = NULL, updated_at = now()
+        rate_tat = CASE WHEN rate_count IS NULL THEN rate_tat END, updated_at = now()
     WHERE workflow_type = %(type)s
       AND coalesce(concurrency, key_concurrency, rate_count) IS NOT NULL
     RETURNING workflow_type

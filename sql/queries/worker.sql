@@ -97,6 +97,19 @@ opened AS (
     INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at)
     SELECT c.id, c.lease_epoch, c.attempt, %(owner)s, c.db_now FROM claimed c
     ON CONFLICT (workflow_id, lease_epoch) DO NOTHING
+),
+charged AS (
+    -- a rate limit is charged for the runs claimed (not for those wfctl_claim_limited picked:
+    -- see there); the limit's row is locked by this transaction already
+    UPDATE workflow_limits l
+    SET rate_tat = greatest(coalesce(l.rate_tat, now()), now())
+                   + make_interval(secs => c.runs * CASE WHEN l.rate_count IS NOT NULL
+                                                         THEN l.rate_seconds / l.rate_count
+                                                         ELSE l.code_rate_seconds / l.code_rate_count END)
+    FROM (SELECT workflow_type, count(*) AS runs FROM claimed GROUP BY workflow_type) AS c
+    WHERE cardinality((SELECT types FROM limited)) > 0
+      AND l.workflow_type = c.workflow_type
+      AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL
 )
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 UNION ALL
@@ -242,7 +255,7 @@ UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
 -- (%(horizon)s seconds: a retry backing off, a short sleep, a short --delay)? Then it waits for
 -- it (next_due_in seconds); otherwise it exits and says what it leaves behind: the pending
 -- workflows of its types due later, those parked on a message or on children (they run when
--- woken), and those of types it does not run.
+-- woken), those of its types paused (concurrency 0), and those of types it does not run.
 SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_end) - now())::float8
            AS next_due_in,
        count(*) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later,
@@ -251,12 +264,18 @@ SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_e
        count(*) FILTER (WHERE mine AND run_at > horizon_end AND waiting) AS waiting,
        count(*) FILTER (WHERE NOT mine) AS other_types,
        count(DISTINCT workflow_type) FILTER (WHERE NOT mine) AS other_type_count,
-       (array_agg(DISTINCT workflow_type) FILTER (WHERE NOT mine))[1:5] AS other_type_names
+       (array_agg(DISTINCT workflow_type) FILTER (WHERE NOT mine))[1:5] AS other_type_names,
+       count(*) FILTER (WHERE paused) AS paused
 FROM (
-    SELECT w.run_at, w.workflow_type, w.workflow_type = ANY(%(types)s::text[]) AS mine,
+    SELECT w.run_at, w.workflow_type,
+           w.workflow_type = ANY(%(types)s::text[]) AND p.workflow_type IS NULL AS mine,
+           w.workflow_type = ANY(%(types)s::text[]) AND p.workflow_type IS NOT NULL AS paused,
            coalesce(w.wait_kind IN ('message', 'children'), false) AS waiting,
            now() + make_interval(secs => %(horizon)s::float8) AS horizon_end
     FROM workflows w
+    -- a type paused with `wfctl limit TYPE --concurrency 0` runs nothing: not waited for
+    LEFT JOIN workflow_limits p
+           ON p.workflow_type = w.workflow_type AND coalesce(p.concurrency, p.code_concurrency) = 0
     WHERE w.status = 'pending'
 ) AS pending;
 

@@ -32,6 +32,7 @@ class Outlook:
     other_types: int  # pending workflows of types this worker does not run...
     other_type_count: int  # ...how many types those are...
     other_type_names: list[str] | None  # ...and the first five of them
+    paused: int = 0  # its types' pending workflows held by a pause (`wfctl limit T --concurrency 0`)
 
 
 def outlook(conn: psycopg.Connection[Any], types: list[str], horizon: float) -> Outlook:
@@ -63,6 +64,8 @@ def leaving(found: Outlook, horizon: float) -> str:
         )
     if found.waiting:
         parts.append(f"{found.waiting} workflow(s) of its types parked on a message or on child workflows")
+    if found.paused:
+        parts.append(f"{found.paused} workflow(s) of its types paused (`wfctl limit TYPE --concurrency 0`)")
     if found.other_types:
         names = ", ".join(found.other_type_names or [])
         more = ", ..." if found.other_type_count > len(found.other_type_names or []) else ""

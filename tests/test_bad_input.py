@@ -434,6 +434,172 @@ def coordination_rows() -> list[Row]:
 COORDINATION_ARGS = (("send", ("approval", "{}")), ("event", ("stage",)), ("wait", ()))
 
 
+def code_schedule(ctx: Ctx) -> None:
+    """A schedule the code of type 'three' declares (a worker wrote it at its start)."""
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workflow_schedules (name, workflow_type, cron, source, next_tick_at)"
+            " VALUES ('three', 'three', '0 3 * * *', 'code', now() + interval '1 hour')"
+        )
+
+
+def schedule_rows() -> list[Row]:
+    """`wfctl schedule ...`, `schedules`, `tick` (issue 14, item 4): nothing stored, no schedule
+    changed, no run submitted."""
+    add = ("schedule", "add", "nightly", "three")
+    rows = [
+        Row("schedule-cron-bad-minute", (*add, "61 * * * *", *D), "invalid cron expression '61 * * * *'", 2),
+        Row("schedule-cron-31-february", (*add, "0 0 31 2 *", *D), "bad day-of-month", 2),
+        Row("schedule-cron-unreachable-db", (*add, "61 * * * *", "--dsn", "<unreachable>"), "bad minute", 2),
+        Row("schedule-tz-unknown", (*add, "0 * * * *", "--tz", "Mars/Olympus", *D), "unknown time zone", 2),
+        Row(
+            "schedule-tz-wrong-case",
+            (*add, "0 * * * *", "--tz", "europe/berlin", *D),
+            "did you mean Europe/Berlin?",
+            2,
+        ),
+        Row(
+            "schedule-type-unknown-strict",
+            ("schedule", "add", "nightly", "thre", "0 * * * *", "--strict", *D),
+            "unknown workflow type 'thre'",
+            2,
+        ),
+        Row(
+            "schedule-name-too-long", ("schedule", "add", "n" * 101, "three", "0 * * * *", *D), "1 to 100", 2
+        ),
+        Row("schedule-name-nul", ("schedule", "pause", "a\x00b", *D), "NUL", 2),
+        Row("schedule-input-array", (*add, "0 * * * *", "--input", "[1, 2]", *D), "not an array", 2),
+        Row(
+            "schedule-input-malformed",
+            (*add, "0 * * * *", "--input", "{bad", *D),
+            "malformed JSON --input",
+            2,
+        ),
+        Row(
+            "schedule-add-over-code-schedule",
+            ("schedule", "add", "three", "three", "0 * * * *", *D),
+            "schedule 'three' is declared in code",
+            7,
+            setup=code_schedule,
+        ),
+        *[
+            Row(f"schedule-{verb}-unknown", ("schedule", verb, "nope", *D), "no schedule named 'nope'", 6)
+            for verb in ("pause", "resume", "trigger", "delete")
+        ],
+        Row("no-schema-schedules", ("schedules", *D), NO_SCHEMA, 5, db="empty"),
+        Row("db-unreachable-tick", ("tick", "--dsn", "<unreachable>"), "cannot connect", 4),
+    ]
+    return rows
+
+
+def a_limit(ctx: Ctx) -> None:
+    """Limits on type 'three', set by an operator and declared by code: a refused `wfctl limit`
+    leaves them as they are (the fingerprint compares the row)."""
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO workflow_limits (workflow_type, concurrency, rate_count, rate_seconds,"
+            " code_concurrency, code_key_concurrency, rate_tat)"
+            " VALUES ('three', 4, 10, 60, 2, 3, now() + interval '1 second')"
+        )
+
+
+def limit_app(arguments: str) -> Setup:
+    """An --app module whose decorator declares a bad limit: refused when it is imported."""
+    return write(
+        "limitapp.py",
+        f"import wfctl\n\n\n@wfctl.workflow('capped', {arguments})\ndef capped(ctx, data):\n    return 1\n",
+    )
+
+
+def limit_rows() -> list[Row]:
+    """Flow control (issue 14, items 1-3): `wfctl limit` with a bad value, `submit
+    --concurrency-key` out of bounds, and a decorator's bad limit; nothing stored, no limit
+    changed (the rows run over an existing limit)."""
+    limit = ("limit", "three")
+    bad_value = [
+        (
+            "rate-zero-window",
+            ("--rate", "5/0s"),
+            "invalid --rate '5/0s': the window must be longer than zero",
+        ),
+        ("rate-word", ("--rate", "abc"), "invalid --rate 'abc': use a count and a window"),
+        ("rate-zero-count", ("--rate", "0/1m"), "the count must be between 1 and 1000000"),
+        ("rate-count-over", ("--rate", "1000001/s"), "the count must be between 1 and 1000000"),
+        ("rate-window-word", ("--rate", "5/soon"), "invalid --rate window 'soon'"),
+        ("rate-window-negative", ("--rate", "5/-1s"), "invalid --rate window '-1s'"),
+        ("concurrency-negative", ("--concurrency", "-1"), "--concurrency must be a whole number from 0"),
+        ("concurrency-over", ("--concurrency", "1000001"), "not 1000001"),
+        ("concurrency-word", ("--concurrency", "x"), "'--concurrency'"),
+        ("per-key-zero", ("--per-key", "0"), "--per-key must be a whole number from 1 to 1000000, not 0"),
+        ("per-key-negative", ("--per-key", "-3"), "--per-key must be a whole number from 1"),
+        ("clear-with-concurrency", ("--clear", "--concurrency", "2"), "--clear drops every limit set here"),
+        ("clear-with-rate", ("--rate", "5/s", "--clear"), "give it alone"),
+    ]
+    rows = [
+        Row(f"limit-{name}", (*limit, *args, *D), says, 2, setup=a_limit) for name, args, says in bad_value
+    ]
+    unknown = "unknown workflow type 'thre': no worker has registered it and no workflow of it exists"
+    rows += [
+        Row("limit-type-unknown", ("limit", "thre", "--concurrency", "2", *D), unknown, 2, setup=a_limit),
+        Row("limit-type-unknown-show", ("limit", "thre", *D), unknown, 2),
+        Row("limit-type-unknown-clear", ("limit", "thre", "--clear", *D), unknown, 2),
+        Row("limit-type-empty", ("limit", "", "--concurrency", "2", *D), "1 to 100 characters", 2),
+        Row("limit-type-too-long", ("limit", "x" * 101, "--per-key", "2", *D), "1 to 100 characters", 2),
+        Row("limit-type-not-utf8", ("limit", "t\udcff", *D), "not valid UTF-8", 2),
+        Row("no-schema-limit", ("limit", "three", "--concurrency", "2", *D), NO_SCHEMA, 5, db="empty"),
+        Row("no-schema-limits", ("limits", *D), NO_SCHEMA, 5, db="empty"),
+        Row(
+            "limit-rate-before-connecting",
+            ("limit", "three", "--rate", "5/0s", "--dsn", "<unreachable>"),
+            "5/0s",
+            2,
+        ),
+        Row("db-unreachable-limits", ("limits", "--dsn", "<unreachable>"), "cannot connect", 4),
+    ]
+    key = ("submit", "three", "{}", "--concurrency-key")
+    rows += [
+        Row(
+            "submit-concurrency-key-empty",
+            (*key, "", *D),
+            "--concurrency-key must have 1 to 200 characters",
+            2,
+        ),
+        Row("submit-concurrency-key-201", (*key, "k" * 201, *D), "1 to 200 characters, not 201", 2),
+        Row(
+            "submit-concurrency-key-not-utf8",
+            (*key, "k\udcff", *D),
+            "--concurrency-key is not valid UTF-8",
+            2,
+        ),
+        Row("submit-concurrency-key-nul", (*key, "a\x00b", *D), "--concurrency-key contains a NUL", 2),
+        Row(
+            "submit-file-concurrency-key-201",
+            ("submit", "three", "--input-file", "-", "--concurrency-key", "k" * 201, *D),
+            "1 to 200 characters, not 201",
+            2,
+            stdin='{"n": 1}\n{"n": 2}\n',
+        ),
+    ]
+    decorated = [
+        ("concurrency-zero", "concurrency=0", "concurrency must be a whole number from 1 to 1000000, not 0"),
+        ("rate-word", "rate='x'", "invalid rate 'x': use a count and a window"),
+        ("key-concurrency-negative", "key_concurrency=-1", "key_concurrency must be a whole number from 1"),
+        ("rate-zero-window", "rate='5/0s'", "invalid rate '5/0s': the window must be longer than zero"),
+    ]
+    rows += [
+        Row(
+            f"app-limit-{name}",
+            ("worker", "--app", "limitapp", "--burst", *D),
+            f"importing --app limitapp failed: InvalidInput: {says}",
+            9,
+            process=True,
+            setup=limit_app(arguments),
+        )
+        for name, arguments, says in decorated
+    ]
+    return rows
+
+
 ROWS: list[Row] = [
     # -- submit: the input --
     Row("json-malformed", ("submit", "three", "{bad", *D), "malformed JSON input", 2),
@@ -570,6 +736,8 @@ ROWS: list[Row] = [
     ),
     # -- coordination (issue 13): send, event, wait, submit --timeout --
     *coordination_rows(),
+    *schedule_rows(),
+    *limit_rows(),
     # -- issue 10: input as the user gave it, and hostile input --
     Row(
         "input-non-ascii-counts-user-bytes",  # item 13: 600 KB of UTF-8, 1.8 MB once escaped

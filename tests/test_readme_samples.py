@@ -1,5 +1,6 @@
-"""The README's coordination samples (messages, events, child workflows, results, deadlines,
-``ctx.patched``) run on a real worker and do what the text says (issue 13).
+"""The README's samples of coordination (issue 13: messages, events, child workflows, results,
+deadlines, ``ctx.patched``) and of flow control (issue 14) run on a real worker and do what the
+text says.
 
 A Markdown comment right before a code block of the README marks it: ``<!-- sample: file PATH
 -->`` (a module of the sample application, written to PATH in a scratch project),
@@ -106,7 +107,13 @@ def test_every_sample_is_known_and_compiles():
         *(t for _, t in found.deploys.values()),
     ]:
         compile(text, "README.md", "exec")
-    assert set(found.files) >= {"shop/approvals.py", "shop/checkout.py", "shop/reports.py", "shop/parcels.py"}
+    assert set(found.files) >= {
+        "shop/approvals.py",
+        "shop/checkout.py",
+        "shop/reports.py",
+        "shop/parcels.py",
+        "shop/quotas.py",
+    }
     assert len(found.runs) >= 5 and sorted(found.deploys) == [0, 1, 2] and found.sql and found.consoles
 
 

@@ -65,7 +65,7 @@ SHOW_MESSAGES = 100
 
 @dataclass(frozen=True)
 class WorkflowDetail:
-    workflow: Row  # with waiting_for (wfctl.waits), parent_id and the deadline
+    workflow: Row  # with waiting_for (wfctl.waits), parent_id, the deadline and the concurrency key
     steps: list[Row]
     attempts: list[Row]  # every execution, oldest first (workflow_attempts)
     children: list[Row] = field(default_factory=list)  # every child workflow, oldest first

@@ -41,3 +41,9 @@ def gated(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
     if data.get("wait"):
         return ctx.recv("go")
     return ctx.step("work", pause, data.get("pause", 0.05))
+
+
+@wfctl.workflow("quota", concurrency=4, key_concurrency=1, rate="30/m", max_retries=0)
+def quota(ctx: wfctl.Context, data: dict[str, Any]) -> float:
+    """Every kind of limit declared in code (tests/test_cli_limits.py: what `wfctl limits` says)."""
+    return float(ctx.step("work", pause, data.get("pause", 0)))

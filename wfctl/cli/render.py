@@ -414,6 +414,8 @@ def workflow_detail(
             ("current step", w["current_step"]),
             ("priority", w["priority"]),
             ("idempotency key", w["idempotency_key"]),
+            # only for a run submitted with one (the per-key limit's key)
+            *([("concurrency key", w["concurrency_key"])] if w.get("concurrency_key") is not None else []),
             ("created", w["created_at"]),
             ("run at", _run_at(w)),
             ("started", w["started_at"]),

@@ -12,7 +12,7 @@ from uuid import UUID
 import psycopg
 import typer
 
-from wfctl import client, validate
+from wfctl import client, limits, validate
 from wfctl.cli import jsonlines, render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import parse_duration
@@ -52,6 +52,15 @@ def submit(
         int | None,
         typer.Option("--max-retries", help="Retries after the first attempt (default: the type's)."),
     ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency-key",
+            help="Run under the type's per-key limit with this key (customer-42); claims rotate "
+            "across keys. With --input-file: every line.",
+            show_default=False,
+        ),
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option("--strict", help="Refuse a TYPE no worker has registered (instead of a warning)."),
@@ -76,6 +85,7 @@ def submit(
     validate.check_int(max_retries, "--max-retries", minimum=0)
     validate.check_type(workflow_type)
     validate.check_key(key)
+    _check_concurrency_key(concurrency_key)
     if strict and force:
         raise InvalidInput("--strict and --force contradict each other: give one")
     delay_value = parse_duration(delay, what="--delay") if delay is not None else None
@@ -95,6 +105,7 @@ def submit(
                 priority=priority,
                 max_retries=max_retries,
                 timeout=timeout,
+                concurrency_key=concurrency_key,
             )
             if not done.created:
                 render.notice(
@@ -112,7 +123,9 @@ def submit(
         spool = jsonlines.read_jsonl(stream, source)  # every line checked before anything is stored
     with spool, session.connect() as conn:
         unknown = None if force else _unknown_type(conn, workflow_type, strict=strict)
-        ids = _submit_batches(conn, workflow_type, spool, delay_value, priority, max_retries, timeout)
+        ids = _submit_batches(
+            conn, workflow_type, spool, delay_value, priority, max_retries, timeout, concurrency_key
+        )
     if unknown and ids:
         render.warn(unknown)
     if session.json:
@@ -121,6 +134,18 @@ def submit(
         sys.stdout.write("".join(f"{i}\n" for i in ids))
         sys.stdout.flush()
         render.notice(f"submitted {len(ids)} workflow(s) of type {workflow_type!r}")
+
+
+def _check_concurrency_key(value: str | None) -> None:
+    """--concurrency-key: 1 to MAX_KEY_LENGTH characters of UTF-8 text without NUL (the column's
+    CHECK), refused before anything is stored."""
+    if value is None:
+        return
+    validate.check_text(value, "--concurrency-key")
+    if not 1 <= len(value) <= limits.MAX_KEY_LENGTH:
+        raise InvalidInput(
+            f"--concurrency-key must have 1 to {limits.MAX_KEY_LENGTH} characters, not {len(value)}"
+        )
 
 
 @contextmanager
@@ -168,6 +193,7 @@ def _submit_batches(
     priority: int,
     max_retries: int | None,
     timeout: str | None,
+    concurrency_key: str | None,
 ) -> list[UUID]:
     ids: list[UUID] = []
     with conn.transaction(), render.progress("submitting", total=inputs.count) as advance:
@@ -181,6 +207,7 @@ def _submit_batches(
                     priority=priority,
                     max_retries=max_retries,
                     timeout=timeout,
+                    concurrency_key=concurrency_key,
                 )
             )
             advance(len(chunk))

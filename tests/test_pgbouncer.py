@@ -392,3 +392,40 @@ def test_messages_children_and_results_through_pgbouncer(bounced, database, bwor
     assert problems(proc.log_path.read_text()) == []
     assert problems(server_log.new()) == []
     assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+
+
+def test_transactional_steps_through_pgbouncer(bounced, database, bworkers):
+    """ctx.transaction in transaction pooling: the application's writes commit with their
+    checkpoints, once each, and the pooled server connections keep nothing of it (no prepared
+    statement, and the SET LOCAL timeouts ended with their transactions)."""
+    dsn = bworkers.dsn
+    server_log = LogWindow(bounced.server.log)
+    with bounced.server.connect(database) as direct:
+        direct.execute("CREATE TABLE app_ledger (workflow_id uuid NOT NULL, entry int NOT NULL)")
+    procs = [bworkers.start("--no-listen", "--concurrency", "4", app="txflows") for _ in range(2)]
+    ids = [wfctl.submit(dsn, "ledger", {"entries": 10, "pause": 0}) for _ in range(6)]
+    for wid in ids:
+        assert wfctl.result(dsn, wid, timeout=60) == sum(range(10))
+    ledger = rows(dsn, "SELECT workflow_id, entry FROM app_ledger")
+    assert len(ledger) == len(set(ledger)) == 60
+    assert set(ledger) == {(wid, n) for wid in ids for n in range(10)}
+    assert rows(dsn, "SELECT count(*) FROM workflow_steps WHERE step_name LIKE 'debit-%%'") == [(60,)]
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=10)
+        assert problems(proc.log_path.read_text()) == []
+    assert problems(server_log.new()) == []
+    assert pooled_state(bounced.bouncer, database) == [CLEAN] * POOL_SIZE
+    with contextlib.ExitStack() as stack:
+        conns = [
+            stack.enter_context(psycopg.connect(bounced.bouncer.dsn(database))) for _ in range(POOL_SIZE)
+        ]
+        settings = [
+            conn.execute(
+                "SELECT pg_backend_pid(), current_setting('idle_in_transaction_session_timeout'),"
+                " current_setting('statement_timeout')"
+            ).fetchone()
+            for conn in conns
+        ]
+    assert len({s[0] for s in settings}) == POOL_SIZE  # type: ignore[index]
+    assert [s[1:] for s in settings] == [("0", "0")] * POOL_SIZE  # type: ignore[index]

@@ -20,7 +20,7 @@ from uuid import UUID
 
 from wfctl import jsonvalue
 from wfctl.durations import parse_duration, timeout_message, timeout_seconds
-from wfctl.errors import ChildFailed, InvalidInput, WaitTimeout
+from wfctl.errors import ChildFailed, InvalidInput, PermanentError, WaitTimeout
 from wfctl.words import COMPLETED, FINISHED
 
 T = TypeVar("T")
@@ -125,6 +125,7 @@ class Context:
         self.attempt = attempt
         self._journal = journal
         self._next = 0
+        self._inside: str | None = None  # the transactional step whose fn is running, if any
 
     def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` as step ``name``; on replay return its stored result.
@@ -185,8 +186,9 @@ class Context:
         """Run ``fn(conn)`` as step ``name`` inside the PostgreSQL transaction that writes the
         step's checkpoint (fenced by this run's lease): the application's own writes through
         ``conn`` to the same database commit with the checkpoint, so they happen exactly once
-        however the worker dies. ``conn`` is in a transaction: do not commit or roll back.
-        The result must be JSON-serialisable; a replay returns it without calling ``fn``."""
+        however the worker dies. ``conn`` is in a transaction: do not commit or roll back, and
+        start no other step inside ``fn``. The result must be JSON-serialisable; what this call
+        returns is the stored JSON value, and a replay returns it without calling ``fn``."""
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
@@ -198,7 +200,11 @@ class Context:
         started = self._journal.now()
 
         def call(conn: Any) -> str:
-            result = fn(conn)
+            self._inside = name
+            try:
+                result = fn(conn)
+            finally:
+                self._inside = None
             try:
                 return jsonvalue.dumps(result)
             except jsonvalue.UnstorableJSON as exc:
@@ -313,6 +319,7 @@ class Context:
         ``if ctx.patched("name"): new steps`` ``else: old steps``."""
         check_label(name, "a patch name")
         marker = PATCH_PREFIX + name
+        self._not_inside_transaction(marker)
         number = self._next + 1
         stored = self._journal.recorded(number)
         if stored is not None:
@@ -333,7 +340,18 @@ class Context:
         self._journal.boundary()
         return self._journal.coordinate(op, number, name, params)
 
+    def _not_inside_transaction(self, name: str) -> None:
+        """Steps do not nest in a transactional step's fn: theirs would be another transaction
+        (committed or not whatever fn's does) and a step number a replay does not reach."""
+        if self._inside is not None:
+            raise PermanentError(
+                f"step {name!r} was started inside the function of transactional step "
+                f"{self._inside!r}: a step cannot run inside another step's transaction (call it "
+                "before or after ctx.transaction)"
+            )
+
     def _claim_number(self, name: str) -> int:
+        self._not_inside_transaction(name)
         while True:
             self._next += 1
             number = self._next

@@ -309,22 +309,39 @@ SELECT state, output
 FROM wfctl_set_event_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(key)s,
                           %(value)s::jsonb, %(started)s);
 
+-- name: transaction_setting
+-- ctx.transaction (wfctl/worker/transactions.py): a setting for this transaction only (SET
+-- LOCAL: nothing is left on a pooled server connection). idle_in_transaction_session_timeout,
+-- first: a worker frozen inside the transaction loses it, and every lock it holds, after its
+-- dead_after of silence; statement_timeout, after fn: the fence waits no longer for the row.
+SELECT set_config(%(setting)s, %(value)s, true);
+
 -- name: transaction_fence
--- ctx.transaction (wfctl/worker/transactions.py), first statement of the application's
--- transaction: this execution still holds the run (lease epoch, running); the row stays locked
--- until the commit, so no recover, cancel or claim can move the lease in between.
-SELECT 1 FROM workflows
-WHERE id = %(id)s AND lease_epoch = %(epoch)s AND status = 'running'
-FOR NO KEY UPDATE;
+-- After fn returned, in its transaction: this execution still holds the run (its lease epoch,
+-- running), or nothing is returned and the transaction rolls back. The row stays locked until
+-- the commit, so no recover, cancel or claim moves the lease in between (FOR NO KEY UPDATE:
+-- rows inserted with a foreign key to it, a message or a child, do not wait). Also: whether the
+-- run's deadline has passed (by the database's clock now, not at the transaction's start: then
+-- its error message), and the output of a checkpoint already stored for this step (by any
+-- epoch), which is never overwritten.
+SELECT CASE WHEN w.deadline_at <= clock_timestamp() THEN coalesce(w.deadline_error, 'timed out')
+       END AS expired,
+       s.id IS NOT NULL AS recorded, s.output_data
+FROM workflows w
+LEFT JOIN workflow_steps s
+       ON s.workflow_id = w.id AND s.step_number = %(step)s AND s.status = 'completed'
+WHERE w.id = %(id)s AND w.lease_epoch = %(epoch)s AND w.status = 'running'
+FOR NO KEY UPDATE OF w;
 
 -- name: transaction_recorded
--- The step a transactional step's earlier try committed (its reply lost with the connection).
+-- The checkpoint this epoch committed for a transactional step whose COMMIT reply was lost
+-- with the connection: looked up on another connection, so fn is not called again for it.
 SELECT output_data FROM workflow_steps
 WHERE workflow_id = %(id)s AND step_number = %(step)s AND status = 'completed'
   AND lease_epoch = %(epoch)s;
 
 -- name: transaction_checkpoint
--- The step's checkpoint, in the application's transaction (the same function the coordination
--- steps use, migration 0006).
+-- The step's checkpoint, in the application's transaction, after the fence (the same function
+-- the coordination steps use, migration 0006).
 SELECT wfctl_step_done(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(output)s::jsonb,
                        %(started)s);

@@ -33,7 +33,7 @@ from wfctl.worker.checkpoints import Kind, Request
 from wfctl.worker.claims import Claimed
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.retry import backoff
-from wfctl.worker.transactions import Fenced, TransactionPool, run_step
+from wfctl.worker.transactions import Expired, Fenced, TransactionPool, run_step
 
 Send = Callable[[Request | Call], None]
 
@@ -136,6 +136,8 @@ class Execution:
             output = run_step(self._transactions, c.id, c.epoch, c.attempt, number, name, self.now(), fn)
         except Fenced:
             raise Lost() from None
+        except Expired as expired:
+            raise DeadlinePassed(str(expired)) from None
         self._last_step = number
         return output
 

@@ -82,7 +82,7 @@ class Worker:
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         # ctx.transaction's connections: a small pool, opened by the first transactional step
-        self.transactions = TransactionPool(dsn, min(options.concurrency, 4))
+        self.transactions = TransactionPool(dsn, min(options.concurrency, 4), options.dead_after)
         self.finished: deque[Execution] = deque()
         # every execution this worker holds, by (id, epoch): after a cancel + retry or a
         # recovery, one worker may hold a lost old execution and the new one of the same id

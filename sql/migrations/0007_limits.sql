@@ -59,11 +59,14 @@ $$;
 -- and lock them (the caller, worker.claim, takes the leases in the same transaction). Returns
 -- the picked ids, and at most one row with id NULL whose retry_in says in how many seconds a
 -- rate limit lets the next start go when a rate held back runnable work (the worker claims
--- again then). The rate is charged by the caller for the runs it claimed: the caller's UPDATE
+-- again then), and one row without an id per type whose key rotation moved (workflow_type,
+-- key_cursor: where the next claim goes on from). This function writes nothing: the caller
+-- stores the cursor and charges the rate for the runs it claimed, in one UPDATE of the limit's
+-- row (PostgreSQL refuses a second update of a row within one statement). The caller's UPDATE
 -- reads its statement's snapshot, older than these picks, so a run committed in between may be
 -- picked here and not claimed there (it stays runnable, and costs nothing).
 CREATE FUNCTION wfctl_claim_limited(p_types text[], p_want integer)
-RETURNS TABLE (id uuid, retry_in float8) LANGUAGE plpgsql AS $$
+RETURNS TABLE (id uuid, retry_in float8, workflow_type text, key_cursor text) LANGUAGE plpgsql AS $$
 DECLARE
     lim record;
     want integer := p_want;
@@ -83,6 +86,8 @@ DECLARE
     visits integer;
     key_running integer;
     unkeyed_done boolean;
+    cursor_types text[] := '{}';
+    cursor_keys text[] := '{}';
 BEGIN
     FOR lim IN
         SELECT l.workflow_type,
@@ -200,7 +205,8 @@ BEGIN
                 END IF;
             END LOOP;
             IF key_now IS DISTINCT FROM lim.key_cursor THEN
-                UPDATE workflow_limits SET key_cursor = key_now WHERE workflow_type = lim.workflow_type;
+                cursor_types := cursor_types || lim.workflow_type::text;
+                cursor_keys := cursor_keys || key_now;
             END IF;
         END IF;
 
@@ -217,10 +223,12 @@ BEGIN
         picked := picked || took;
         want := want - cardinality(took);
     END LOOP;
-    RETURN QUERY SELECT unnest(picked), NULL::float8;
+    RETURN QUERY SELECT unnest(picked), NULL::float8, NULL::text, NULL::text;
     IF hint IS NOT NULL THEN
-        RETURN QUERY SELECT NULL::uuid, greatest(hint, 0.001);
+        RETURN QUERY SELECT NULL::uuid, greatest(hint, 0.001), NULL::text, NULL::text;
     END IF;
+    RETURN QUERY SELECT NULL::uuid, NULL::float8, t.type, t.key
+                 FROM unnest(cursor_types, cursor_keys) AS t(type, key);
 END;
 $$;
 

@@ -30,7 +30,7 @@ SELECT pg_notify(wfctl_channel(), '');
 -- wfctl_claim_limited, which serializes their claims on the limit's row and counts in a fresh
 -- snapshot; it is not called at all when none of the worker's types is limited. A rate limit
 -- that held back runnable work adds one row without an id whose retry_in says when to claim
--- again.
+-- again. The statement charges the rate and stores the key rotation's cursor (charged).
 WITH limited AS MATERIALIZED (
     SELECT coalesce(array_agg(l.workflow_type::text), '{}') AS types
     FROM workflow_limits l
@@ -39,7 +39,7 @@ WITH limited AS MATERIALIZED (
                    l.rate_count, l.code_rate_count) IS NOT NULL
 ),
 held AS MATERIALIZED (
-    SELECT g.id, g.retry_in
+    SELECT g.id, g.retry_in, g.workflow_type, g.key_cursor
     FROM limited CROSS JOIN LATERAL wfctl_claim_limited(limited.types, %(limit)s) AS g
     WHERE cardinality(limited.types) > 0
 ),
@@ -51,8 +51,12 @@ picked AS MATERIALIZED (
         FROM workflows w
         WHERE w.status = 'pending'
           AND w.run_at <= now()
-          AND w.workflow_type = ANY (%(types)s::text[])
-          AND w.workflow_type::text <> ALL ((SELECT types FROM limited)::text[])
+          -- the worker's types without a limit, as one array: a filter against the limited
+          -- ones would be estimated to keep almost nothing, and the plan would sort the whole
+          -- runnable set instead of reading the index in order
+          AND w.workflow_type = ANY (ARRAY(
+                  SELECT t FROM unnest(%(types)s::text[]) AS t
+                  WHERE t <> ALL ((SELECT types FROM limited)::text[])))
         ORDER BY w.priority DESC, w.run_at
         LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))
         FOR UPDATE SKIP LOCKED
@@ -99,22 +103,31 @@ opened AS (
     ON CONFLICT (workflow_id, lease_epoch) DO NOTHING
 ),
 charged AS (
-    -- a rate limit is charged for the runs claimed (not for those wfctl_claim_limited picked:
-    -- see there); the limit's row is locked by this transaction already
+    -- one write of each limited type's row (the function writes none, and a row may change
+    -- once per statement): the rate charged for the runs claimed (not for those the function
+    -- picked: see there), and the key rotation's new cursor; the rows are locked already
     UPDATE workflow_limits l
-    SET rate_tat = greatest(coalesce(l.rate_tat, now()), now())
-                   + make_interval(secs => c.runs * CASE WHEN l.rate_count IS NOT NULL
-                                                         THEN l.rate_seconds / l.rate_count
-                                                         ELSE l.code_rate_seconds / l.code_rate_count END)
-    FROM (SELECT workflow_type, count(*) AS runs FROM claimed GROUP BY workflow_type) AS c
-    WHERE cardinality((SELECT types FROM limited)) > 0
-      AND l.workflow_type = c.workflow_type
-      AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL
+    SET rate_tat = CASE WHEN u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL
+                        THEN greatest(coalesce(l.rate_tat, now()), now())
+                             + make_interval(secs => u.runs * CASE WHEN l.rate_count IS NOT NULL
+                                                                   THEN l.rate_seconds / l.rate_count
+                                                                   ELSE l.code_rate_seconds / l.code_rate_count END)
+                        ELSE l.rate_tat END,
+        key_cursor = CASE WHEN u.moved THEN u.key_cursor ELSE l.key_cursor END
+    FROM (
+        SELECT lt.workflow_type,
+               (SELECT count(*) FROM claimed c WHERE c.workflow_type = lt.workflow_type) AS runs,
+               h.workflow_type IS NOT NULL AS moved, h.key_cursor
+        FROM unnest((SELECT types FROM limited)) AS lt(workflow_type)
+        LEFT JOIN held h ON h.id IS NULL AND h.workflow_type = lt.workflow_type
+    ) AS u
+    WHERE l.workflow_type = u.workflow_type
+      AND (u.moved OR (u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL))
 )
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
-FROM held h WHERE h.id IS NULL;
+FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. It knows no

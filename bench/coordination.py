@@ -663,16 +663,7 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "" if a is None or not b else f"{a / b:.2f}x"
 
 
-def table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        cells = [
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("| " + " | ".join(cells) + " |")
-    print()
+table = base.table
 
 
 def report_latency(r: LatencyResult) -> list[tuple[str, bool]]:

@@ -87,6 +87,7 @@ class Options:
     workdir: Path
     seed: int
     worker_args: list[str] = field(default_factory=list)  # extra `wfctl worker` options
+    settle: float = 1.0  # seconds after the workers exit, before the statistics are read
 
 
 # -- the two sides ---------------------------------------------------------------------------
@@ -95,6 +96,8 @@ class Options:
 class Side:
     name: str
     workflow_type: str
+    cwd: Path = REPO  # where its processes run: the source tree whose wfctl and bench they import
+    env: dict[str, str] | None = None  # their environment (None: the benchmark's own)
 
     def enqueue(self, dsn: str, opts: Options) -> None:
         raise NotImplementedError
@@ -139,7 +142,9 @@ class WfctlSide(Side):
         path = opts.workdir / "wfctl-input.jsonl"
         path.write_text("".join(json.dumps({"steps": opts.steps}) + "\n" for _ in range(opts.n)), "utf-8")
         cmd = [*wfctl_command(), "submit", self.workflow_type, "--input-file", str(path), "--dsn", dsn]
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            cmd, cwd=self.cwd, env=self.env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
         if done.returncode != 0:
             raise BenchError(f"wfctl submit failed (exit {done.returncode}): {done.stderr.strip()}")
         submitted = len(done.stdout.split())
@@ -247,8 +252,17 @@ def _rss_kb(pid: int) -> int:
 class Workers:
     """Worker processes of one phase, with their output in log files under the work dir."""
 
-    def __init__(self, opts: Options, sampler: RssSampler, label: str) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        sampler: RssSampler,
+        label: str,
+        cwd: Path = REPO,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.opts = opts
+        self.cwd = cwd
+        self.env = env
         self.sampler = sampler
         self.label = label
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -257,7 +271,9 @@ class Workers:
     def start(self, cmd: list[str]) -> subprocess.Popen[bytes]:
         path = self.opts.workdir / f"{self.label}-{len(self.procs) + 1}.log"
         with open(path, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            proc = subprocess.Popen(
+                cmd, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            )
         self.sampler.watch(proc.pid)
         self.procs.append(proc)
         self.logs.append(path)
@@ -410,7 +426,7 @@ def throughput(side: Side, dsn: str, opts: Options, sampler: RssSampler, result:
     log(f"{side.name}: enqueueing {opts.n} workflows of {opts.steps} steps")
     side.enqueue(dsn, opts)
     prepare_tables(dsn)
-    workers = Workers(opts, sampler, f"{side.name}-burst")
+    workers = Workers(opts, sampler, f"{side.name}-burst", side.cwd, side.env)
     monitor = psycopg.connect(dsn, autocommit=True)
     monitor_xacts = 2  # the two reads just below
     try:
@@ -437,7 +453,9 @@ def throughput(side: Side, dsn: str, opts: Options, sampler: RssSampler, result:
                     f"{side.name}: every worker exited with {done}/{opts.n} completed\n{workers.tails()}"
                 )
             if time.monotonic() > deadline:
-                raise BenchError(f"{side.name}: {done}/{opts.n} completed after {opts.timeout:.0f} s")
+                raise BenchError(
+                    f"{side.name}: {done}/{opts.n} completed after {opts.timeout:.0f} s\n{workers.tails()}"
+                )
             time.sleep(POLL)
         codes = workers.wait(60.0)
         if any(code is None for code in codes):
@@ -446,7 +464,7 @@ def throughput(side: Side, dsn: str, opts: Options, sampler: RssSampler, result:
     finally:
         monitor.close()
         workers.kill()
-    time.sleep(1.0)  # exited backends have flushed their statistics by now
+    time.sleep(opts.settle)  # exited backends have flushed their statistics by now
     with psycopg.connect(dsn, autocommit=True) as conn:
         commits_after = xact_commits(conn)
         flushes_after = wal_flushes(conn)
@@ -490,7 +508,7 @@ def wait_finished(conn: psycopg.Connection[Any], workflow_id: UUID, timeout: flo
 def latency(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: SideResult) -> None:
     if opts.latency_count <= 0:
         return
-    workers = Workers(opts, sampler, f"{side.name}-idle")
+    workers = Workers(opts, sampler, f"{side.name}-idle", side.cwd, side.env)
     rng = random.Random(opts.seed)
     prepare_tables(dsn)
     log(f"{side.name}: submit-to-start latency, {opts.latency_count} workflows one at a time")
@@ -670,6 +688,19 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
+
+
+def table(header: list[str], rows: list[list[str]]) -> None:
+    """A Markdown table: the first column left-aligned, the others right-aligned; a blank line after."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        cells = [
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("| " + " | ".join(cells) + " |")
+    print()
 
 
 def report(

@@ -14,9 +14,14 @@ import psycopg
 import pytest
 from helpers import HERE
 
-from bench import limits
-
 ROOT = HERE.parent
+# bench/ is not part of the installed package: it is imported from the source tree (as
+# `python -m bench.limits` run from there does)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import limits  # noqa: E402
+
 TITLES = (
     "before",
     "(a) no limits",

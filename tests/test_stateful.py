@@ -1,6 +1,6 @@
-"""The stateful test of issue 9 (and of issue 13's coordination): random interleavings of
-everything that can happen to a workflow, against real worker processes, the real CLI and a
-real PostgreSQL.
+"""The stateful test of issue 9 (and of issue 13's coordination, issue 14's flow control and
+schedules): random interleavings of everything that can happen to a workflow, against real
+worker processes, the real CLI and a real PostgreSQL.
 
 A Hypothesis ``RuleBasedStateMachine`` (``StatefulEngine``) drives worker processes
 (``python -m wfctl worker --app statefulflows`` from tests/apps, heartbeat 200ms, poll 100ms)
@@ -19,6 +19,23 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   300ms for a message or publish an event; one step each, or all in one ``ctx.start_children``
   step) and ``ctx.wait`` for them, catching ``ChildFailed`` or not (tests/apps/statefulflows.py);
 - ``submit_coordination``: a run with at least one of those coordination steps;
+- every submit is of ``sf-flow`` (no limit in code) or, one time in three, ``sf-capped`` (the
+  same workflow under a concurrency limit of 2 declared in code), with a concurrency key (c0, c1,
+  c2) now and then; ``submit_crowd``: 2-6 short runs of one of them at once (ok, raise once,
+  sleep 200ms, a gate), keys now and then: work that competes for the limits;
+- ``set_limit``: ``wfctl limit TYPE --concurrency N (0 pauses, 1-3) --per-key K (1-2) --rate R
+  (2/s, 5/s, 20/s) --json``, any of them (none: the command shows the type's limits), or the
+  library's ``limits.set_limits``; ``clear_limit``: ``wfctl limit TYPE --clear`` or
+  ``limits.clear`` (the code's limit applies again). What they report in force is the model's
+  (the operator's value, else the code's); a type nothing knows yet is refused (one line, exit
+  2), storing nothing;
+- ``schedule_add``: ``wfctl schedule add s0|s1 TYPE CRON --input '{"steps": ...}' [--tz Z]
+  [--backfill] --json`` or ``schedules.add``: every 1, 2 or 3 seconds (six fields, seconds
+  first) or every minute (five), in UTC, Europe/Berlin or Asia/Kolkata, each run 0-2 short
+  items; a new schedule or an edit of one (its pause kept); ``schedule_control``: ``wfctl
+  schedule pause|resume|trigger|delete`` (or the library's), of a schedule or of a name none
+  has (exit 6); ``tick``: ``wfctl tick --json`` or ``schedules.fire_due``, now and then right at
+  the start of a second, while the workers' duties fire the same ticks;
 - ``send``: a message ``{"n": k}`` (k unique) to a receiver (one time in ten an unknown id) via
   ``wfctl.send``, ``wfctl_send()``, ``wfctl.send`` in a transaction that commits 30ms later or
   rolls back, or ``wfctl send --json``; with or without a key (two, so they repeat);
@@ -43,6 +60,12 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - ``compare_stuck_frozen``: SIGSTOP every worker, then the reference stuck query, ``recover
   --dry-run --stale X --json`` and the reference query again, then SIGCONT.
 
+Before the drain, the limits set with ``wfctl limit`` are cleared (the code's stay), as an
+operator would; then, once the drain has live workers, every active schedule that ticks every
+few seconds must fire a tick that falls after that moment within 15s (no schedule is left
+stuck), and every schedule is deleted; flow control and schedules are checked once more after
+the drain, where every run a schedule submitted counts as a workflow like the others.
+
 Children are never retried by the test (their parent's join recorded how they ended), but they
 are cancelled (``cancel_active``, or with their parent) and recovered like any run.
 
@@ -54,7 +77,9 @@ disappears). The test also installs, in its own database, an audit: two trigger-
 (sf_audit_*) recording every change of a workflow's status, epoch, attempt or max_retries
 (with its run_at, its deadline and the transaction's now()), and every write or delete of a
 step row (with its name) together with the workflow's status and epoch *as the writing
-statement sees them*.
+statement sees them*; and, for issue 14, three more: every claim with the leases it left
+(sf_claims), every change of a type's limits (sf_limit_changes) and every change of a schedule
+(sf_schedule_changes), for invariants 8 and 9.
 
 Invariants, after every rule (cheap: one look at the tables, the audit and the log):
 
@@ -93,6 +118,32 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    resend with a used key returns the first message's id and stores nothing; a send refused
    (an unknown id, a finished run) or rolled back stores nothing, and a refused one says so in
    one line with its exit code through the CLI. An event read is a value the run set.
+8. flow control (``check_limits``), over every claim so far: no claim leaves more runs of a
+   type holding a lease than the concurrency limit in force (a paused type: no claim at all),
+   nor more runs of a key than the per-key limit, and the starts between two claims under one
+   rate setting stay within the rate and its burst. The audit (``sf_claims``, a statement
+   trigger with transition tables) counts, after every claim, the type's and the key's leases
+   in a fresh snapshot while the claim still holds the limit's row lock, and ``sf_limit_changes``
+   records each change of a type's limits, also under that lock: a claim obeys the last change
+   before it. A lowered limit does not stop the runs already leased; a claim after it takes
+   nothing while they hold it, so the count after any claim that took a run is the one to judge.
+   A claim whose statement began before the commit of a change that made an unlimited type
+   limited may not see it (its snapshot is older: the limit applies from the next claim round),
+   and is not judged.
+9. schedules (``check_schedules``), over every schedule's history in the order of its row lock
+   (a firing, an add or edit, a pause, a resume and a delete all hold it; the audit,
+   ``sf_schedule_changes`` and the runs' rows in ``sf_audit_wf``, takes its times under it):
+   no tick gives two runs, and a run's "scheduled_at" is its tick; a run is fired only while its
+   schedule exists and is not paused, never before its tick, only for ticks of the expression
+   in force (by the test's own arithmetic, not cronsim's) and never for a tick before the
+   schedule's next one; an add, an edit and a resume set the next tick to the first after their
+   now() (none fires at once); each firing fires the latest due tick, or with backfill every
+   due tick, and moves the next tick to the first after its now(). A trigger's run comes while
+   the schedule exists (paused or not). A run ``wfctl tick`` reports is stored under its tick's
+   key.
+10. no worker logs that the database refused one of its statements, other than by losing the
+   connection (``refused_statements``): an error in the engine's SQL that only some limits
+   trigger leaves runs unclaimed while they are set, and nothing else would notice.
 
 After the run (teardown: every gate released, every worker continued, at least two live
 workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
@@ -112,7 +163,7 @@ parked on a topic where none waits, as the outside world would, until drained):
 4. also: a ``failed`` workflow used all its attempts (``attempt == max_retries + 1``), unless it
    timed out, failed on an uncaught ``ChildFailed`` or a ``PermanentError`` (a child's);
 5. also: ``recover --dry-run --json`` and the reference query both list nothing;
-6. also: every invariant 6 once more;
+6. also: every invariant 6, 8 and 9 once more;
 7. deadlines: a run with a deadline (never retried: a retry removes it) that ended more than
    0.5s after it ended ``failed`` with its deadline's error (``timed out after 1s``, or its
    parent's for a child), or ``cancelled``, or was ended by the execution that held it since
@@ -161,6 +212,7 @@ import bisect
 import collections
 import contextlib
 import json
+import math
 import os
 import pwd
 import signal
@@ -170,7 +222,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -192,16 +244,22 @@ from hypothesis.stateful import (
 )
 
 import wfctl
-from wfctl import recovery
+from wfctl import cron, limits, recovery, schedules
 from wfctl.durations import parse_duration
 
 TYPE = "sf-flow"
-POLICY = 2  # sf-flow's max_retries (tests/apps/statefulflows.py POLICY_MAX_RETRIES)
+CAPPED = "sf-capped"  # the same workflow under a concurrency limit declared in code
+CAPPED_CONCURRENCY = 2  # tests/apps/statefulflows.py CAPPED_CONCURRENCY
+CODE_LIMITS: dict[str, dict[str, Any]] = {TYPE: {}, CAPPED: {"concurrency": CAPPED_CONCURRENCY}}
+POLICY = 2  # the types' max_retries (tests/apps/statefulflows.py POLICY_MAX_RETRIES)
 TERMINAL = ("completed", "failed", "cancelled")
 HEARTBEAT = "200ms"
 POLL = "100ms"
 MAX_WORKERS = 3
 DRAIN_TIMEOUT = 45.0
+# what a refused statement may say when the server went away under it (a restart)
+CONNECTION_TROUBLE = ("shutting down", "starting up", "terminating connection", "connection", "recovery mode")
+SCHEDULE_LIVENESS = 15.0  # seconds for a schedule to fire again once the drain has live workers
 
 EXAMPLES_ENV = "WFCTL_STATEFUL_EXAMPLES"
 STEPS_ENV = "WFCTL_STATEFUL_STEPS"
@@ -290,9 +348,125 @@ CREATE TRIGGER sf_audit_steps_row AFTER INSERT OR UPDATE OR DELETE ON workflow_s
     FOR EACH ROW EXECUTE FUNCTION sf_audit_steps_fn();
 """
 
+# Flow control (issue 14). sf_claims: every claim, per type and concurrency key, with the runs of
+# the type (and key) that hold a lease right after it, counted by a statement of the trigger
+# (a fresh READ COMMITTED snapshot, taken while the claim still holds the limit's row lock).
+# sf_limit_changes: every change of a type's limits (by `wfctl limit`, or a worker declaring
+# the code's), with the limits then in force; not the claims' own updates of the row (the
+# rate's state, the key rotation's cursor). ``at`` is taken while the change holds the row's
+# lock, as a limited claim's ``at`` is: the two compare exactly in lock order.
+LIMITS_AUDIT_SQL = """
+CREATE TABLE sf_claims (
+    seq bigserial PRIMARY KEY,
+    txid bigint NOT NULL DEFAULT txid_current(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),  -- the end of the claiming statement
+    stmt_at timestamptz NOT NULL DEFAULT statement_timestamp(),  -- its snapshot is younger
+    tx_now timestamptz NOT NULL DEFAULT now(),  -- the claim's now(): the rate's clock
+    workflow_type text NOT NULL,
+    concurrency_key text,
+    claimed int NOT NULL,
+    running int NOT NULL,
+    key_running int
+);
+CREATE FUNCTION sf_claims_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sf_claims (workflow_type, concurrency_key, claimed, running, key_running)
+    SELECT c.workflow_type, c.concurrency_key, c.n,
+           (SELECT count(*) FROM workflows w
+            WHERE w.workflow_type = c.workflow_type AND w.status = 'running'),
+           (SELECT count(*) FROM workflows w
+            WHERE w.workflow_type = c.workflow_type AND w.status = 'running'
+              AND w.concurrency_key = c.concurrency_key)
+    FROM (SELECT n.workflow_type, n.concurrency_key, count(*)::int AS n
+          FROM sf_new n JOIN sf_old o ON o.id = n.id
+          WHERE o.status = 'pending' AND n.status = 'running'
+          GROUP BY 1, 2) AS c;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER sf_claims AFTER UPDATE ON workflows
+    REFERENCING OLD TABLE AS sf_old NEW TABLE AS sf_new
+    FOR EACH STATEMENT EXECUTE FUNCTION sf_claims_fn();
+CREATE TABLE sf_limit_changes (
+    seq bigserial PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    visible_by timestamptz,  -- committed by then (the test fills it in after the change returned)
+    workflow_type text NOT NULL,
+    source text NOT NULL,  -- 'operator' (wfctl limit) or 'code' (a worker's declaration)
+    concurrency int, key_concurrency int, rate_count int, rate_seconds float8  -- now in force
+);
+CREATE FUNCTION sf_limit_changes_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    code boolean := NEW.code_updated_at IS NOT NULL;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        code := NEW.code_updated_at IS DISTINCT FROM OLD.code_updated_at;
+    END IF;
+    -- A worker's declaration is visible to every claim that starts after it: every worker
+    -- declares before its first claim, and a second declaration of the same row waits for the
+    -- first one's commit (the primary key).
+    INSERT INTO sf_limit_changes (visible_by, workflow_type, source, concurrency, key_concurrency,
+                                  rate_count, rate_seconds)
+    VALUES (CASE WHEN code THEN clock_timestamp() END, NEW.workflow_type,
+            CASE WHEN code THEN 'code' ELSE 'operator' END,
+            coalesce(NEW.concurrency, NEW.code_concurrency),
+            coalesce(NEW.key_concurrency, NEW.code_key_concurrency),
+            CASE WHEN NEW.rate_count IS NOT NULL THEN NEW.rate_count ELSE NEW.code_rate_count END,
+            CASE WHEN NEW.rate_count IS NOT NULL THEN NEW.rate_seconds ELSE NEW.code_rate_seconds END);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER sf_limit_changes_insert AFTER INSERT ON workflow_limits
+    FOR EACH ROW EXECUTE FUNCTION sf_limit_changes_fn();
+CREATE TRIGGER sf_limit_changes_update AFTER UPDATE ON workflow_limits
+    FOR EACH ROW
+    WHEN ((OLD.concurrency, OLD.key_concurrency, OLD.rate_count, OLD.rate_seconds, OLD.code_concurrency,
+           OLD.code_key_concurrency, OLD.code_rate_count, OLD.code_rate_seconds, OLD.updated_at,
+           OLD.code_updated_at)
+          IS DISTINCT FROM
+          (NEW.concurrency, NEW.key_concurrency, NEW.rate_count, NEW.rate_seconds, NEW.code_concurrency,
+           NEW.code_key_concurrency, NEW.code_rate_count, NEW.code_rate_seconds, NEW.updated_at,
+           NEW.code_updated_at))
+    EXECUTE FUNCTION sf_limit_changes_fn();
+"""
+
+# Schedules (issue 14): every change of a schedule's row, with the writing transaction's now():
+# an add (INSERT, or an UPDATE by `schedule add` of an existing name), a pause, a resume, a
+# firing (next_tick_at moved on, updated_at unchanged) and a delete. A firing locks the row, and
+# so does every change: ``at``, taken under that lock, orders them exactly, and so does the
+# ``at`` of each run the firing inserts (sf_audit_wf).
+SCHEDULES_AUDIT_SQL = """
+CREATE TABLE sf_schedule_changes (
+    seq bigserial PRIMARY KEY,
+    txid bigint NOT NULL DEFAULT txid_current(),
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    tx_now timestamptz NOT NULL DEFAULT now(),
+    op text NOT NULL,
+    name text NOT NULL,
+    cron text, paused boolean, backfill boolean,
+    next_tick_at timestamptz,
+    definition_changed boolean  -- updated_at moved: anything but a firing
+);
+CREATE FUNCTION sf_schedule_changes_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO sf_schedule_changes (op, name) VALUES (TG_OP, OLD.name);
+    ELSE
+        INSERT INTO sf_schedule_changes (op, name, cron, paused, backfill, next_tick_at, definition_changed)
+        VALUES (TG_OP, NEW.name, NEW.cron, NEW.paused, NEW.backfill, NEW.next_tick_at,
+                TG_OP = 'INSERT' OR NEW.updated_at IS DISTINCT FROM OLD.updated_at);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER sf_schedule_changes AFTER INSERT OR UPDATE OR DELETE ON workflow_schedules
+    FOR EACH ROW EXECUTE FUNCTION sf_schedule_changes_fn();
+"""
+
 RESET_SQL = (
     "TRUNCATE workflows, workflow_steps, workflow_attempts, workers, workflow_messages, workflow_events,"
-    " sf_audit_wf, sf_audit_steps RESTART IDENTITY"
+    " workflow_limits, workflow_schedules, sf_audit_wf, sf_audit_steps, sf_claims, sf_limit_changes,"
+    " sf_schedule_changes RESTART IDENTITY"
 )
 
 
@@ -311,7 +485,10 @@ def reference_stuck_sql() -> str:
 REFERENCE_STUCK = reference_stuck_sql()
 
 
-def query(dsn: str, sql: str, params: Any = None) -> list[tuple]:
+def query(dsn: str | psycopg.Connection, sql: str, params: Any = None) -> list[tuple]:
+    """All rows of one statement, on a connection of its own (or on ``dsn`` when it is one)."""
+    if isinstance(dsn, psycopg.Connection):
+        return dsn.execute(sql, params).fetchall()
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         return conn.execute(sql, params).fetchall()
 
@@ -493,6 +670,8 @@ class Wf:
     max_retries: int | None  # as submitted; None: the type's policy (or the column default)
     via: str
     timeout: str | None = None  # as submitted (the run's deadline from its submit)
+    workflow_type: str = TYPE
+    concurrency_key: str | None = None
 
 
 def engine_steps(spec: list[list[Any]]) -> list[tuple[str, int]]:
@@ -551,12 +730,37 @@ SPEC = st.lists(STEP, min_size=1, max_size=4)
 COORD_SPEC = st.tuples(st.lists(STEP, max_size=2), COORD_STEP, st.lists(STEP, max_size=1)).map(
     lambda t: [*t[0], t[1], *t[2]]
 )
+# short runs that hold their lease for a while (or give it back while they sleep)
+SHORT_SPEC = st.lists(
+    st.sampled_from([["ok", 0], ["ok", 0], ["sleep", "200ms"], ["gate", 0], ["raise", 1]]),
+    min_size=1,
+    max_size=2,
+)
 KEY = st.none() | st.sampled_from(["k0", "k1", "k2"])
 MAX_RETRIES = st.none() | st.integers(0, 2)
 VIA = st.sampled_from(["api", "api", "cli", "sql"])
 TIMEOUT = st.sampled_from([None, None, None, "1s", "2s"])  # a deadline on submit
 MESSAGE_KEY = st.sampled_from([None, None, "m0", "m0", "m1"])
 SEND_VIA = st.sampled_from(["api", "api", "sql", "tx", "rollback", "cli"])
+WTYPE = st.sampled_from([TYPE, TYPE, CAPPED])
+CKEY = st.sampled_from([None, None, "c0", "c1", "c2"])  # a concurrency key (for per-key limits)
+CROWD_KEY = st.sampled_from([None, "c0", "c0", "c1"])
+LIMIT_TYPE = st.sampled_from([TYPE, CAPPED])
+# `wfctl limit`: concurrency 0 pauses the type; all of them None only shows the type's limits
+LIMIT_CONCURRENCY = st.sampled_from([None, None, 0, 1, 1, 2, 3])
+LIMIT_PER_KEY = st.sampled_from([None, 1, 1, 2])
+LIMIT_RATE = st.sampled_from([None, None, None, "2/s", "5/s", "20/s"])
+SCHEDULE_NAME = st.sampled_from(["s0", "s1"])
+# every N seconds (six fields, seconds first), or every minute (five fields)
+EVERY_CRON = {1: "* * * * * *", 2: "*/2 * * * * *", 3: "*/3 * * * * *", 60: "* * * * *"}
+CRON_EVERY = {v: k for k, v in EVERY_CRON.items()}
+SCHEDULE_EVERY = st.sampled_from([1, 1, 2, 3, 60])
+SCHEDULE_TZ = st.sampled_from([None, None, "Europe/Berlin", "Asia/Kolkata"])
+SCHEDULE_SPEC = st.lists(
+    st.sampled_from([["ok", 0], ["ok", 0], ["raise", 1], ["sleep", "200ms"]]), max_size=2
+)
+SCHEDULE_VIA = st.sampled_from(["cli", "api", "api"])
+LIMIT_VIA = st.sampled_from(["cli", "api", "api"])  # a process costs a second on a busy machine
 
 
 class StatefulEngine(RuleBasedStateMachine):
@@ -594,6 +798,11 @@ class StatefulEngine(RuleBasedStateMachine):
         self.sends = 0  # payloads are {"n": <this counter>}: unique per send
         self.message_keys: dict[tuple[str, str], int] = {}  # (workflow, key) -> the message's id
         self.stops: list[list[Any]] = []  # [pid, SIGSTOP time, SIGCONT time or None]
+        # the limits `wfctl limit` set per type (concurrency, key_concurrency, rate): the code's
+        # (CODE_LIMITS, once a worker has declared them) apply where none is set
+        self.operator_limits: dict[str, dict[str, Any]] = {t: {} for t in CODE_LIMITS}
+        self.schedules: dict[str, dict[str, Any]] = {}  # name -> every, paused, backfill, type
+        self.log_offsets: dict[int, int] = {}  # worker index -> bytes of its log looked at
         self._reset_database()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -719,47 +928,62 @@ class StatefulEngine(RuleBasedStateMachine):
         max_retries: int | None,
         via: str,
         timeout: str | None = None,
+        wtype: str = TYPE,
+        ckey: str | None = None,
     ) -> list:
         data = {"steps": steps}
         if self.skipping:
             if key is not None and key in self.keys:
                 return [self.keys[key]]
             wid = f"skipped-{len(self.model)}"
-            self.model[wid] = Wf(steps, max_retries, via, timeout)
+            self.model[wid] = Wf(steps, max_retries, via, timeout, wtype, ckey)
             if key is not None:
                 self.keys[key] = wid
             return [wid]
         if via == "api":
-            wid = str(wfctl.submit(self.dsn, TYPE, data, key=key, max_retries=max_retries, timeout=timeout))
+            wid = str(
+                wfctl.submit(
+                    self.dsn,
+                    wtype,
+                    data,
+                    key=key,
+                    max_retries=max_retries,
+                    timeout=timeout,
+                    concurrency_key=ckey,
+                )
+            )
         elif via == "cli":
-            args = ["submit", TYPE, json.dumps(data), "--force"]
+            args = ["submit", wtype, json.dumps(data), "--force"]
             if key is not None:
                 args += ["--key", key]
             if max_retries is not None:
                 args += ["--max-retries", str(max_retries)]
             if timeout is not None:
                 args += ["--timeout", timeout]
+            if ckey is not None:
+                args += ["--concurrency-key", ckey]
             result = self.cli(*args)
             if not self.expect(result.exit_code == 0, f"wfctl {' '.join(args)}: {result.output}"):
                 return []
             wid = result.stdout.strip()
-        elif timeout is not None:  # an INSERT that sets the deadline columns itself
+        elif timeout is not None or ckey is not None:  # an INSERT that sets the columns itself
             wid = str(
                 query(
                     self.dsn,
                     "WITH new AS (INSERT INTO workflows (workflow_type, input_data, idempotency_key,"
-                    " max_retries, deadline_at, deadline_error)"
+                    " max_retries, deadline_at, deadline_error, concurrency_key)"
                     " VALUES (%(type)s, %(input)s, %(key)s, %(retries)s, now() + %(timeout)s::interval,"
-                    " %(error)s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)"
+                    " %(error)s, %(ckey)s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)"
                     " SELECT id FROM new UNION ALL SELECT id FROM workflows"
                     " WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT FROM new)",
                     {
-                        "type": TYPE,
+                        "type": wtype,
                         "input": json.dumps(data),
                         "key": key,
                         "retries": max_retries,
                         "timeout": timeout,
-                        "error": f"timed out after {timeout}",
+                        "error": None if timeout is None else f"timed out after {timeout}",
+                        "ckey": ckey,
                     },
                 )[0][0]
             )
@@ -768,7 +992,7 @@ class StatefulEngine(RuleBasedStateMachine):
                 query(
                     self.dsn,
                     "INSERT INTO workflows (workflow_type, input_data) VALUES (%s, %s) RETURNING id",
-                    (TYPE, json.dumps(data)),
+                    (wtype, json.dumps(data)),
                 )[0][0]
             )
         else:
@@ -776,12 +1000,15 @@ class StatefulEngine(RuleBasedStateMachine):
                 query(
                     self.dsn,
                     "SELECT wfctl_submit(%s, %s::jsonb, p_key => %s, p_max_retries => %s)",
-                    (TYPE, json.dumps(data), key, max_retries),
+                    (wtype, json.dumps(data), key, max_retries),
                 )[0][0]
             )
         if key is not None and key in self.keys:
             first = self.keys[key]
-            self.log(f"submit {steps} key={key} via {via}: {wid} (the key's workflow is {first})")
+            self.log(
+                f"submit {wtype} {steps} key={key} concurrency_key={ckey} via {via}: {wid} (the key's "
+                f"workflow is {first})"
+            )
             self.expect(wid == first, f"submit with the used key {key!r} returned {wid}, not {first}")
             count = query(self.dsn, "SELECT count(*) FROM workflows WHERE idempotency_key = %s", (key,))[0][0]
             self.expect(count == 1, f"{count} workflows with the key {key!r}")
@@ -789,10 +1016,17 @@ class StatefulEngine(RuleBasedStateMachine):
             self.expect(stored == {"steps": self.model[first].steps}, "a repeated key changed the input")
             self.env.figures["duplicate_keys"] += 1
             return [first]
-        self.log(f"submit {steps} key={key} max_retries={max_retries} timeout={timeout} via {via}: {wid}")
+        self.log(
+            f"submit {wtype} {steps} key={key} max_retries={max_retries} timeout={timeout} "
+            f"concurrency_key={ckey} via {via}: {wid}"
+        )
         if not self.expect(wid not in self.model, f"submit returned the id {wid} of another workflow"):
             return []
-        self.model[wid] = Wf(steps, max_retries, via, timeout)
+        self.model[wid] = Wf(steps, max_retries, via, timeout, wtype, ckey)
+        stored = query(self.dsn, "SELECT workflow_type, concurrency_key FROM workflows WHERE id = %s", (wid,))
+        self.expect(
+            stored == [(wtype, ckey)], f"submit of {wtype} concurrency_key={ckey} via {via} stored {stored}"
+        )
         if key is not None:
             self.keys[key] = wid
         self.env.figures["workflows"] += 1
@@ -805,27 +1039,50 @@ class StatefulEngine(RuleBasedStateMachine):
 
     @initialize(
         target=workflows,
-        specs=st.lists(st.tuples(SPEC, KEY, MAX_RETRIES, VIA, TIMEOUT), min_size=2, max_size=4),
+        specs=st.lists(st.tuples(SPEC, KEY, MAX_RETRIES, VIA, TIMEOUT, WTYPE, CKEY), min_size=2, max_size=4),
         concurrencies=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2),
     )
     def begin(self, specs, concurrencies):
         for concurrency in concurrencies:
             self._start_worker(concurrency)
         self.log(f"started {len(concurrencies)} worker(s), concurrency {concurrencies}")
-        return multiple(*[w for s, k, m, v, t in specs for w in self._submit(list(s), k, m, v, t)])
+        return multiple(
+            *[w for s, k, m, v, t, y, c in specs for w in self._submit(list(s), k, m, v, t, y, c)]
+        )
 
-    @rule(target=workflows, steps=SPEC, key=KEY, max_retries=MAX_RETRIES, via=VIA, timeout=TIMEOUT)
-    def submit(self, steps, key, max_retries, via, timeout):
-        return multiple(*self._submit(steps, key, max_retries, via, timeout))
+    @rule(
+        target=workflows,
+        steps=SPEC,
+        key=KEY,
+        max_retries=MAX_RETRIES,
+        via=VIA,
+        timeout=TIMEOUT,
+        wtype=WTYPE,
+        ckey=CKEY,
+    )
+    def submit(self, steps, key, max_retries, via, timeout, wtype, ckey):
+        return multiple(*self._submit(steps, key, max_retries, via, timeout, wtype, ckey))
 
     @rule(target=workflows, steps=SPEC, max_retries=MAX_RETRIES)
     def submit_more(self, steps, max_retries):
         return multiple(*self._submit(steps, None, max_retries, "api"))
 
-    @rule(target=workflows, steps=COORD_SPEC, via=VIA, timeout=TIMEOUT)
-    def submit_coordination(self, steps, via, timeout):
+    @rule(
+        target=workflows,
+        runs=st.lists(st.tuples(SHORT_SPEC, CROWD_KEY), min_size=2, max_size=6),
+        wtype=LIMIT_TYPE,
+    )
+    def submit_crowd(self, runs, wtype):
+        """Several short runs of one type at once, with concurrency keys now and then: work
+        that competes for the type's limits."""
+        return multiple(
+            *[w for spec, ckey in runs for w in self._submit(spec, None, None, "api", None, wtype, ckey)]
+        )
+
+    @rule(target=workflows, steps=COORD_SPEC, via=VIA, timeout=TIMEOUT, wtype=WTYPE, ckey=CKEY)
+    def submit_coordination(self, steps, via, timeout, wtype, ckey):
         """A run that receives messages, publishes events or starts and joins children."""
-        return multiple(*self._submit(steps, None, None, via, timeout))
+        return multiple(*self._submit(steps, None, None, via, timeout, wtype, ckey))
 
     def receivers(self) -> list[str]:
         return sorted(w for w, m in self.model.items() if any(k == "recv" for k, _ in m.steps))
@@ -1240,6 +1497,290 @@ class StatefulEngine(RuleBasedStateMachine):
         worker = self._start_worker(concurrency)
         self.log(f"started worker{worker.index} (concurrency {concurrency})")
 
+    # -- flow control (issue 14) --------------------------------------------------------------
+
+    def _limits_in_force(
+        self, wtype: str, declared: bool
+    ) -> list[tuple[int | None, int | None, tuple[int, float] | None]]:
+        """What the model says `wfctl limit` lists: the operator's value, else the code's once
+        a worker has declared it (``declared``); nothing when no limit is in force."""
+        merged = {**(CODE_LIMITS[wtype] if declared else {}), **self.operator_limits[wtype]}
+        rate = merged.get("rate")
+        found = (
+            merged.get("concurrency"),
+            merged.get("key_concurrency"),
+            None if rate is None else (rate.count, rate.seconds),
+        )
+        return [] if found == (None, None, None) else [found]
+
+    def _declared(self, wtype: str) -> bool:
+        """Whether a worker has declared the code's limits of ``wtype`` (as the code says)."""
+        rows = query(
+            self.dsn,
+            "SELECT code_concurrency, code_key_concurrency, code_rate_count FROM workflow_limits"
+            " WHERE workflow_type = %s",
+            (wtype,),
+        )
+        code = CODE_LIMITS[wtype]
+        declared = [(code.get("concurrency"), code.get("key_concurrency"), None)]
+        if not rows or rows[0] == (None, None, None):
+            return False
+        self.expect(rows == declared, f"the code's limits of {wtype} are declared as {rows}, not {declared}")
+        return bool(code)
+
+    def _type_known(self, wtype: str) -> bool:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            try:
+                limits.check_known(conn, wtype)
+            except wfctl.InvalidInput:
+                return False
+            return True
+
+    def _operator_changes(self) -> int:
+        return query(self.dsn, "SELECT count(*) FROM sf_limit_changes WHERE source = 'operator'")[0][0]
+
+    def _change_limits(self, wtype: str, args: list[str], via: str, change, after: dict[str, Any]) -> None:
+        """One `wfctl limit TYPE ARGS --json` (``via`` "cli"), or ``change(conn)``, the library's
+        equivalent (``via`` "api"), then what it says is in force against the model, which
+        becomes ``after`` (the operator's values) when the command succeeds. A change stores one
+        change of the type's row exactly when the model's operator values change or are set
+        again; a command that changes nothing, or is refused, stores none. A type that no worker
+        registered and no run or limit names yet is refused (one line, exit 2)."""
+        known = self._type_known(wtype)
+        declared_before = self._declared(wtype)
+        before = self._operator_changes()
+        shown: list[tuple] | None = None
+        if via == "cli":
+            result = self.cli("limit", wtype, *args, "--json")
+            error = result.stderr.strip()
+            refused = result.exit_code != 0
+            if refused:
+                self.expect(
+                    result.exit_code == 2 and len(error.splitlines()) == 1,
+                    f"limit {wtype} {' '.join(args)}: exit {result.exit_code}, {result.output.strip()}",
+                )
+            else:
+                shown = [
+                    (
+                        r["concurrency"],
+                        r["key_concurrency"],
+                        None if r["rate"] is None else astuple(limits.parse_rate(r["rate"])),
+                    )
+                    for r in json.loads(result.stdout)
+                ]
+        else:
+            try:
+                with psycopg.connect(self.dsn, connect_timeout=10) as conn:
+                    change(conn)
+                    effective = [row.effective() for row in limits.list_limits(conn, wtype)]
+                refused, error = False, ""
+                shown = [
+                    (e.concurrency, e.key_concurrency, None if e.rate is None else astuple(e.rate))
+                    for e in effective
+                ]
+            except wfctl.InvalidInput as exc:
+                refused, error = True, str(exc)
+        # the change has committed (the command returned): every claim that starts now sees it
+        mark_limit_changes_visible(self.dsn)
+        stored = self._operator_changes() - before
+        what = f"limit {wtype} {' '.join(args) or '(no options)'} via {via}"
+        if refused:
+            self.log(f"{what}: refused ({error})")
+            self.expect(
+                (not known and "unknown workflow type" in error)
+                or (via == "api" and not args and "at least one" in error),
+                f"{what}: refused: {error}",
+            )
+            self.expect(stored == 0, f"{what}: refused, yet {stored} change(s) of the limits were stored")
+            self.env.figures["limit_changes_refused"] += 1
+            return
+        # (a worker may have registered the type meanwhile)
+        self.expect(known or self._type_known(wtype), f"{what}: accepted for a type wfctl does not know")
+        cleared = args == ["--clear"]
+        changed = any(v is not None for v in self.operator_limits[wtype].values()) if cleared else bool(args)
+        self.expect(stored == int(changed), f"{what}: {stored} change(s) stored, expected {int(changed)}")
+        self.operator_limits[wtype] = after
+        # a worker may declare the code's limits (at its start) while the command runs
+        models = [self._limits_in_force(wtype, d) for d in {declared_before, self._declared(wtype)}]
+        self.log(f"{what}: in force {shown}")
+        self.expect(
+            shown in models, f"{what}: in force {shown}; the model says {' or '.join(map(str, models))}"
+        )
+        self.env.figures["limit_changes"] += int(changed)
+        self.env.figures["limit_pauses"] += int(changed and after.get("concurrency") == 0)
+
+    @rule(
+        wtype=LIMIT_TYPE,
+        concurrency=LIMIT_CONCURRENCY,
+        per_key=LIMIT_PER_KEY,
+        rate=LIMIT_RATE,
+        via=LIMIT_VIA,
+    )
+    def set_limit(self, wtype, concurrency, per_key, rate, via):
+        """`wfctl limit TYPE --concurrency N --per-key K --rate C/W` at run time (concurrency 0
+        pauses the type; without options the command shows the type's limits), or the
+        library's set_limits (which refuses to be called without a value)."""
+        if self.skipping:
+            return
+        args: list[str] = []
+        for option, value in (("--concurrency", concurrency), ("--per-key", per_key), ("--rate", rate)):
+            if value is not None:
+                args += [option, str(value)]
+        parsed = None if rate is None else limits.parse_rate(rate)
+        given = {"concurrency": concurrency, "key_concurrency": per_key, "rate": parsed}
+        after = {**self.operator_limits[wtype], **{k: v for k, v in given.items() if v is not None}}
+
+        def change(conn: psycopg.Connection) -> None:
+            limits.set_limits(conn, wtype, concurrency=concurrency, key_concurrency=per_key, rate=parsed)
+
+        self._change_limits(wtype, args, via, change, after)
+
+    @rule(wtype=LIMIT_TYPE, via=LIMIT_VIA)
+    def clear_limit(self, wtype, via):
+        """`wfctl limit TYPE --clear` (or the library's clear): the code's limits (if any) apply
+        again; it says whether any were set."""
+        if self.skipping:
+            return
+        was_set = any(v is not None for v in self.operator_limits[wtype].values())
+
+        def change(conn: psycopg.Connection) -> None:
+            cleared = limits.clear(conn, wtype)
+            self.expect(
+                cleared == was_set, f"limits.clear({wtype}) said {cleared}, yet limits were set: {was_set}"
+            )
+
+        self._change_limits(wtype, ["--clear"], via, change, {})
+
+    # -- schedules (issue 14) -----------------------------------------------------------------
+
+    def _schedule_call(self, args: list[str], via: str, call) -> tuple[str, Any]:
+        """``wfctl schedule ARGS --json`` or ``call(conn)``: ("ok", its JSON or result),
+        ("unknown", message) for an unknown name (exit 6, one line), or ("error", output)."""
+        if via == "cli":
+            result = self.cli(*args, "--json")
+            if result.exit_code == 0:
+                return "ok", json.loads(result.stdout)
+            one_line = len(result.stderr.strip().splitlines()) == 1
+            if result.exit_code == 6 and one_line and "no schedule named" in result.stderr:
+                return "unknown", result.stderr.strip()
+            return "error", f"exit {result.exit_code}: {result.output.strip()}"
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+                return "ok", call(conn)
+        except wfctl.NotFound as exc:
+            return "unknown", str(exc)
+
+    @rule(
+        name=SCHEDULE_NAME,
+        wtype=LIMIT_TYPE,
+        every=SCHEDULE_EVERY,
+        tz=SCHEDULE_TZ,
+        spec=SCHEDULE_SPEC,
+        backfill=st.booleans(),
+        via=SCHEDULE_VIA,
+    )
+    def schedule_add(self, name, wtype, every, tz, spec, backfill, via):
+        """`wfctl schedule add NAME TYPE CRON --input '{"steps": ...}' [--tz Z] [--backfill]`, or
+        the library's add: a new schedule, or a new definition of one (an edit, its pause kept);
+        neither fires at once (checked by invariant 9)."""
+        if self.skipping:
+            return
+        expression = EVERY_CRON[every]
+        data = {"steps": spec}
+        args = ["schedule", "add", name, wtype, expression, "--input", json.dumps(data)]
+        args += (["--tz", tz] if tz else []) + (["--backfill"] if backfill else [])
+
+        def call(conn: psycopg.Connection) -> dict[str, Any]:
+            added = schedules.add(conn, name, wtype, expression, timezone=tz, input=data, backfill=backfill)
+            return {"created": added.created, "paused": added.schedule.paused, "cron": added.schedule.cron}
+
+        outcome, out = self._schedule_call(args, via, call)
+        self.log(f"schedule add {name} {wtype} {expression!r} tz={tz} backfill={backfill} via {via}: {out}")
+        if not self.expect(outcome == "ok", f"schedule add {name} via {via}: {outcome} {out}"):
+            return
+        before = self.schedules.get(name)
+        self.expect(
+            (out["created"], out["paused"], out["cron"])
+            == (before is None, bool(before and before["paused"]), expression),
+            f"schedule add {name} via {via} said {out}; before it: {before}",
+        )
+        paused = bool(before and before["paused"])
+        self.schedules[name] = {"every": every, "paused": paused, "backfill": backfill, "type": wtype}
+        self.env.figures["schedule_adds" if before is None else "schedule_edits"] += 1
+
+    @rule(
+        op=st.sampled_from(["pause", "pause", "resume", "resume", "trigger", "delete"]),
+        name=SCHEDULE_NAME,
+        via=SCHEDULE_VIA,
+    )
+    def schedule_control(self, op, name, via):
+        """`wfctl schedule pause|resume|trigger|delete NAME` (or the library's): what it says
+        changed is what the model says; an unknown name is refused (exit 6). A trigger's run is
+        stored under the schedule's trigger key."""
+        if self.skipping:
+            return
+        calls = {
+            "pause": lambda conn: {"changed": schedules.pause(conn, name)},
+            "resume": lambda conn: {"changed": schedules.resume(conn, name)},
+            "trigger": lambda conn: {"id": str(schedules.trigger(conn, name).id)},
+            "delete": lambda conn: {"deleted": schedules.delete(conn, name) is not None},
+        }
+        outcome, out = self._schedule_call(["schedule", op, name], via, calls[op])
+        before = self.schedules.get(name)
+        self.log(f"schedule {op} {name} via {via}: {outcome} {out} (model: {before})")
+        if before is None:
+            self.expect(outcome == "unknown", f"schedule {op} {name} of no schedule: {outcome} {out}")
+            return
+        if not self.expect(outcome == "ok", f"schedule {op} {name} via {via}: {outcome} {out}"):
+            return
+        if op in ("pause", "resume"):
+            self.expect(
+                bool(out["changed"]) == (before["paused"] == (op == "resume")),
+                f"schedule {op} {name} said changed={out['changed']}; it was paused={before['paused']}",
+            )
+            before["paused"] = op == "pause"
+        elif op == "trigger":
+            stored = query(
+                self.dsn, "SELECT workflow_type, idempotency_key FROM workflows WHERE id = %s", (out["id"],)
+            )
+            self.expect(
+                len(stored) == 1
+                and stored[0][0] == before["type"]
+                and stored[0][1].startswith(f"schedule:{name}:trigger:"),
+                f"schedule trigger {name} returned {out['id']}, stored as {stored}",
+            )
+            self.env.figures["schedule_triggers"] += 1
+        else:
+            del self.schedules[name]
+        self.env.figures[f"schedule_{op}s"] += op != "trigger"
+
+    @rule(via=SCHEDULE_VIA, boundary=st.booleans())
+    def tick(self, via, boundary):
+        """`wfctl tick --json` (or the library's fire_due) while the workers fire too; through
+        the library with ``boundary``, right at the next whole second, when the ticks fall and
+        the workers' duties wake: each run it says it submitted is stored under its tick's key."""
+        if self.skipping:
+            return
+
+        def call(conn: psycopg.Connection) -> list[dict[str, Any]]:
+            if boundary:  # connected: fire right at the second
+                time.sleep(1.0 - time.time() % 1.0)
+            return [
+                {"schedule": f.schedule, "scheduled_at": cron.iso(f.tick), "id": f.id and str(f.id)}
+                for f in schedules.fire_due(conn).fired
+            ]
+
+        outcome, out = self._schedule_call(["tick"], via, call)
+        if not self.expect(outcome == "ok", f"tick via {via}: {outcome} {out}"):
+            return
+        fired = [f for f in out if f.get("action", "fired") == "fired" and f["id"] is not None]
+        self.log(f"tick via {via} (at a second's start: {boundary}): fired {fired}")
+        for f in fired:
+            stored = query(self.dsn, "SELECT idempotency_key FROM workflows WHERE id = %s", (str(f["id"]),))
+            key = f"schedule:{f['schedule']}:{f['scheduled_at']}"
+            self.expect(stored == [(key,)], f"tick said it fired {f}; stored: {stored}")
+        self.env.figures["ticks_fired_by_test"] += len(fired)
+
     @precondition(lambda self: self.env.restarter.available and self.restarts == 0)
     @rule()
     def restart_database(self):
@@ -1341,13 +1882,15 @@ class StatefulEngine(RuleBasedStateMachine):
         self.rules_run += 1
         if not self.model or self.skipping:
             return
-        audit_wf = query(self.dsn, AUDIT_WF_SQL)
         before = len(self.violations)
-        self.deferred(check_transitions, audit_wf)
-        self.deferred(check_step_writes, self.dsn)
-        self.deferred(check_releases, self.dsn, self.connection_losses)
-        self.deferred(check_executions, read_effects(self.effects_path), audit_wf)
-        self.deferred(check_coordination, self.dsn)
+        with snapshot(self.dsn) as conn:  # one connection for all but invariant 5
+            audit_wf = query(conn, AUDIT_WF_SQL)
+            self.deferred(check_transitions, audit_wf)
+            self.deferred(check_step_writes, conn)
+            self.deferred(check_releases, conn, self.connection_losses)
+            self.deferred(check_executions, read_effects(self.effects_path), audit_wf)
+            self.deferred(check_in_one_snapshot, conn)
+        self.deferred(self._check_worker_logs)
         ref, rec, ownerless, running = stuck_snapshot(self.dsn, timedelta(seconds=1))
         where = f"after rule #{self.rules_run}"
         self.expect(
@@ -1395,12 +1938,21 @@ class StatefulEngine(RuleBasedStateMachine):
 
     def _drain(self):
         (self.gates / "ALL").touch()
+        # as an operator would: no type stays paused or throttled (the code's limits stay)
+        for wtype, values in self.operator_limits.items():
+            if any(v is not None for v in values.values()):
+                with psycopg.connect(self.dsn, connect_timeout=10) as conn:
+                    limits.clear(conn, wtype)
+                self.operator_limits[wtype] = {}
+                self.log(f"cleared the limits set on {wtype} before the drain")
+        mark_limit_changes_visible(self.dsn)
         for worker in self.workers:
             if worker.paused:
                 self._cont(worker)
                 worker.paused = False
         while len([w for w in self.workers if w.alive]) < 2:
             self._start_worker(2)
+        self._end_schedules()
         if not self.model:
             return
         last_recover = 0.0
@@ -1438,6 +1990,48 @@ class StatefulEngine(RuleBasedStateMachine):
                     return
             time.sleep(0.1)
 
+    def _check_worker_logs(self) -> None:
+        """Invariant 10 on what each worker's log gained since the last look."""
+        for worker in self.workers:
+            refused, self.log_offsets[worker.index] = refused_statements(
+                worker.log, self.log_offsets.get(worker.index, 0)
+            )
+            assert not refused, f"invariant 10: worker{worker.index} had statements refused: {refused[:3]}"
+
+    def _end_schedules(self) -> None:
+        """Before the drain, with live workers again: every active schedule that ticks every few
+        seconds fires a tick that falls after this moment (no schedule is left stuck), then every
+        schedule is deleted, as an operator would, so that no run comes after the drain."""
+        if not self.schedules:
+            return
+        (start,) = query(self.dsn, "SELECT now()")[0]
+        deadline = time.monotonic() + SCHEDULE_LIVENESS
+        for name, schedule in sorted(self.schedules.items()):
+            if schedule["paused"] or schedule["every"] >= 60:
+                continue
+
+            def fired(name: str = name) -> bool:
+                return query(
+                    self.dsn,
+                    "SELECT EXISTS (SELECT FROM workflows WHERE idempotency_key LIKE %s"
+                    " AND (input_data ->> 'scheduled_at')::timestamptz >= %s)",
+                    (f"schedule:{name}:2%", start),
+                )[0][0]
+
+            while not fired() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.expect(
+                fired(),
+                f"schedule {name} ({schedule}) fired no tick within {SCHEDULE_LIVENESS}s of {start}, with "
+                f"{len([w for w in self.workers if w.alive])} live worker(s)",
+                "before the drain",
+            )
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=10) as conn:
+            for name in sorted(self.schedules):
+                schedules.delete(conn, name)
+        self.log(f"deleted the schedules {sorted(self.schedules)} before the drain")
+        self.schedules.clear()
+
     def _deliver(self) -> None:
         """As the outside world would: a message for every run parked on a topic where none
         waits (one that waits without a timeout would wait for ever)."""
@@ -1459,7 +2053,11 @@ class StatefulEngine(RuleBasedStateMachine):
         where = "after the drain"
         for check in final_check_list(self.dsn, effects, self.model, self.stops):
             self.deferred(check, where=where)
+        with contextlib.suppress(AssertionError):  # a violation is reported by the list above
+            check_limits(self.dsn, figures)
+            check_schedules(self.dsn, figures)
         self.deferred(check_releases, self.dsn, self.connection_losses, where=where)
+        self.deferred(self._check_worker_logs, where=where)
         result = self.cli("recover", "--dry-run", "--stale", "1s", "--json")
         self.expect(
             result.exit_code == 0 and json.loads(result.stdout or "null") == [],
@@ -1517,7 +2115,7 @@ def check_transitions(audit_wf: list[tuple]) -> None:
         last_epoch[wid] = new_epoch
 
 
-def check_releases(dsn: str, connection_losses: int) -> None:
+def check_releases(dsn: str | psycopg.Connection, connection_losses: int) -> None:
     """Invariant 2, the uncounted part: a running workflow goes back to pending without an
     attempt counted and runnable at once (a hand-back: ``run_at = now()``, unlike a park)
     only when its claim's reply may have been lost, so once per connection loss at most (this
@@ -1536,7 +2134,7 @@ def check_releases(dsn: str, connection_losses: int) -> None:
     )
 
 
-def check_step_writes(dsn: str) -> None:
+def check_step_writes(dsn: str | psycopg.Connection) -> None:
     """Invariant 3: a step row is only written under the epoch that holds the lease."""
     bad = query(
         dsn,
@@ -1738,6 +2336,324 @@ def check_coordination(dsn: str) -> None:
             check(conn)
 
 
+def check_in_one_snapshot(conn: psycopg.Connection) -> None:
+    """Invariants 6, 8 and 9 after a rule, in the snapshot of ``conn``. (The changes of the
+    limits a rule made are marked visible by the rule.)"""
+    for check in (check_messages, check_children, check_events, check_wakeups):
+        check(conn)
+    check_limits(conn)
+    check_schedules(conn)
+
+
+def refused_statements(log: Path, offset: int = 0) -> tuple[list[str], int]:
+    """Invariant 10: the lines of a worker's log, from byte ``offset`` to its last complete
+    line, that say the database refused a statement of the worker other than by losing the
+    connection (an error in the engine's SQL: a claim refused every time leaves its runs
+    unclaimed, and nothing else would notice); and the offset to look from next time."""
+    if not log.exists():
+        return [], offset
+    with open(log, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    refused = [
+        line
+        for line in complete.decode(errors="replace").splitlines()
+        if "the database refused" in line and not any(c in line for c in CONNECTION_TROUBLE)
+    ]
+    return refused, offset + len(complete)
+
+
+# -- flow control (issue 14) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InForce:
+    """A type's limits in force after one change (None: no limit of that kind)."""
+
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_count: int | None = None
+    rate_seconds: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency is not None or self.key_concurrency is not None or self.rate_count is not None
+
+    @property
+    def burst(self) -> int:
+        """The starts a rate lets go at once (wfctl_rate_burst: 200 ms worth, at least one)."""
+        assert self.rate_count is not None and self.rate_seconds is not None
+        return max(1, min(self.rate_count, math.floor(self.rate_count * 0.2 / self.rate_seconds)))
+
+
+UNLIMITED = InForce()
+# How long a claim's commit may trail the end of its statement (the server's own work only: a
+# frozen worker does not hold its claim's commit back, the statement commits on its own).
+COMMIT_SLACK = timedelta(seconds=1)
+
+
+def mark_limit_changes_visible(dsn: str) -> None:
+    """Every change of the limits this statement sees has committed by now."""
+    query(
+        dsn, "UPDATE sf_limit_changes SET visible_by = clock_timestamp() WHERE visible_by IS NULL RETURNING 1"
+    )
+
+
+def check_limits(source: str | psycopg.Connection, figures: collections.Counter | None = None) -> None:
+    """Flow control: no claim leaves more runs of a type holding a lease than its concurrency
+    limit in force (0: paused, no claim at all), nor more of one key than its per-key limit,
+    and the claims within one rate setting start no more than the rate and its burst allow.
+
+    A limited type's claims and its limit's changes serialize on the type's row in
+    workflow_limits, and the audit's times are taken while that lock is held (sf_claims.at, at
+    the end of the claiming statement, counting in a fresh snapshot; sf_limit_changes.at): a
+    claim obeys the last change before it. A lowered limit does not stop runs already leased:
+    a claim after it takes nothing while they hold it, so the count right after any claim that
+    took a run is within the limit in force.
+
+    The one exception is a claim whose statement began before a change committed that made an
+    unlimited type limited (sf_limit_changes.visible_by, an upper bound of the commit): its
+    snapshot may still see the type unlimited, and the claim then takes the plain path without
+    the lock (the limit applies from the next claim round). Such a claim is exempt, and so is,
+    for the counts, a claim that counted while an exempt one may have been committing.
+
+    The rate: the claims in lock order between two changes, each with its transaction's now()
+    (the GCRA's clock), n starts each: for any j <= k, the starts of claims j..k are at most
+    (now_k - now_j) / interval + burst (the theoretical arrival time moves by one interval per
+    start, from at least now_j, and may run at most a burst ahead of now_k)."""
+    if isinstance(source, str):  # a DSN: every change seen has committed, then one snapshot
+        mark_limit_changes_visible(source)
+        with snapshot(source) as conn:
+            check_limits(conn, figures)
+        return
+    change_rows = source.execute(
+        "SELECT workflow_type, at, visible_by, concurrency, key_concurrency, rate_count, rate_seconds"
+        " FROM sf_limit_changes ORDER BY at"
+    ).fetchall()
+    claim_rows = source.execute(
+        "SELECT txid, at, stmt_at, tx_now, workflow_type, concurrency_key, claimed, running, key_running"
+        " FROM sf_claims ORDER BY at, seq"
+    ).fetchall()
+    changes: dict[str, list[tuple[datetime, datetime | None, InForce]]] = collections.defaultdict(list)
+    for wtype, at, visible_by, *values in change_rows:
+        changes[wtype].append((at, visible_by, InForce(*values)))
+    # one claim of one type: (at, stmt_at, tx_now, runs taken, running after, {key: (taken, running)})
+    claims: dict[tuple[int, str], list[Any]] = {}
+    for txid, at, stmt_at, tx_now, wtype, key, taken, running, key_running in claim_rows:
+        entry = claims.setdefault((txid, wtype), [at, stmt_at, tx_now, 0, running, {}])
+        entry[3] += taken
+        if key is not None:
+            entry[5][key] = (taken, key_running)
+    exempt: dict[str, list[datetime]] = collections.defaultdict(list)
+    judged: list[tuple[str, int, InForce, list[Any]]] = []
+    for (_txid, wtype), entry in sorted(claims.items(), key=lambda item: item[1][0]):
+        at, stmt_at = entry[0], entry[1]
+        past = changes.get(wtype, [])
+        before = bisect.bisect_left([c[0] for c in past], at)  # the changes locked before the claim
+        in_force = past[before - 1][2] if before else UNLIMITED
+        # what the claim's snapshot may have seen: the last change surely committed when its
+        # statement began, or any later one locked before it
+        surely = max(
+            (i for i in range(before) if past[i][1] is not None and past[i][1] < stmt_at), default=-1
+        )
+        seen = [UNLIMITED if surely < 0 else past[surely][2]] + [
+            past[i][2] for i in range(surely + 1, before)
+        ]
+        if not all(c.limited for c in seen):  # it may have taken the plain path
+            exempt[wtype].append(at)
+            if figures is not None and in_force.limited:
+                figures["claims_exempt"] += 1
+            continue
+        judged.append((wtype, before, in_force, entry))
+    rates: dict[tuple[str, int], list[tuple[datetime, int]]] = collections.defaultdict(list)
+    for wtype, before, in_force, (at, stmt_at, tx_now, taken, running, keys) in judged:
+        if in_force.rate_count is not None:
+            rates[(wtype, before)].append((tx_now, taken))
+        racing = any(stmt_at - COMMIT_SLACK < x < at for x in exempt.get(wtype, []))
+        if racing:
+            continue
+        where = f"a claim of {taken} {wtype} run(s) at {at} under {in_force}"
+        if in_force.concurrency is not None:
+            assert running <= in_force.concurrency, (
+                f"flow control: {where} left {running} running (concurrency {in_force.concurrency})"
+            )
+            if figures is not None:
+                figures["claims_checked"] += 1
+                figures["claims_reaching_the_limit"] += int(running == in_force.concurrency)
+        if in_force.key_concurrency is not None:
+            over = {k: r for k, (_n, r) in keys.items() if r > in_force.key_concurrency}
+            assert not over, f"flow control: {where} left these keys over their limit: {over}"
+            if figures is not None:
+                figures["keyed_claims_checked"] += len(keys)
+    for (wtype, before), starts in rates.items():
+        in_force = changes[wtype][before - 1][2]
+        assert in_force.rate_count is not None and in_force.rate_seconds is not None
+        interval = in_force.rate_seconds / in_force.rate_count
+        for j in range(len(starts)):
+            total = 0
+            for k in range(j, len(starts)):
+                total += starts[k][1]
+                allowed = (starts[k][0] - starts[j][0]).total_seconds() / interval + in_force.burst
+                assert total <= allowed + 1e-6, (
+                    f"flow control: {total} {wtype} starts from the claim at {starts[j][0]} to the one "
+                    f"at {starts[k][0]} (now() of each) under {in_force} (burst {in_force.burst}): at "
+                    f"most {allowed:.3f} allowed"
+                )
+        if figures is not None:
+            figures["rate_claims_checked"] += len(starts)
+
+
+# -- schedules (issue 14) ---------------------------------------------------------------------
+
+
+def is_tick(every: int, instant: datetime) -> bool:
+    """Whether ``instant`` is a tick of EVERY_CRON[every] (every N seconds, or every minute):
+    the test's own oracle, independent of wfctl/cron.py and cronsim."""
+    return instant.microsecond == 0 and instant.second % every == 0
+
+
+def tick_after(every: int, instant: datetime) -> datetime:
+    tick = instant.replace(microsecond=0) + timedelta(seconds=1)
+    while not is_tick(every, tick):
+        tick += timedelta(seconds=1)
+    return tick
+
+
+def ticks_through(every: int, since: datetime, until: datetime) -> list[datetime]:
+    """The ticks from ``since`` to ``until``, both included."""
+    out = []
+    tick = since if is_tick(every, since) else tick_after(every, since)
+    while tick <= until:
+        out.append(tick)
+        tick = tick_after(every, tick)
+    return out
+
+
+BACKFILL_LIMIT = schedules.BACKFILL_LIMIT
+
+
+def check_schedules(source: str | psycopg.Connection, figures: collections.Counter | None = None) -> None:
+    """Schedules, over everything so far, in the order of each schedule's row lock (a firing,
+    an add, an edit, a pause, a resume and a delete all hold it, and the audit's times are
+    taken under it): no tick gives two runs; a tick's run says its tick in "scheduled_at"; a
+    run is fired only while its schedule exists and is not paused (after a pause, nothing
+    until a resume), never before its tick, never for a tick that is not one of the expression
+    in force, never for a tick before the schedule's next tick (an add, an edit and a resume
+    set it to the first tick after their now(): none of them fires at once); each firing fires
+    the latest due tick once, or with backfill every due tick (up to the bound), then moves the
+    next tick to the first after its now(). A trigger's run is stored while the schedule exists
+    (paused or not), with its now() as "scheduled_at"."""
+    if isinstance(source, str):
+        with snapshot(source) as conn:
+            check_schedules(conn, figures)
+        return
+    changes = source.execute(
+        "SELECT at, 1, name, txid, tx_now, op, cron, paused, backfill, next_tick_at, definition_changed"
+        " FROM sf_schedule_changes"
+    ).fetchall()
+    runs = source.execute(
+        "SELECT a.at, 0, w.idempotency_key, a.txid, a.tx_now, w.input_data ->> 'scheduled_at', w.id::text"
+        " FROM workflows w JOIN sf_audit_wf a ON a.workflow_id = w.id AND a.op = 'INSERT'"
+        " WHERE w.idempotency_key LIKE 'schedule:%'"
+    ).fetchall()
+    events: dict[str, list[tuple]] = collections.defaultdict(list)
+    for row in changes:
+        events[row[2]].append(row)
+    for row in runs:
+        _, name, _rest = row[2].split(":", 2)
+        events[name].append(row)
+    for name, past in events.items():
+        past.sort(key=lambda e: (e[0], e[1]))  # a firing's runs come before its own advance
+        state: dict[str, Any] | None = None
+        seen: dict[datetime, str] = {}  # tick -> its run
+        fired: dict[int, list[datetime]] = collections.defaultdict(list)  # firing txid -> ticks
+        for event in past:
+            at, is_change, _n, txid, tx_now = event[:5]
+            where = f"schedule {name} at {at}"
+            if not is_change:
+                key, scheduled_at, wid = event[2], event[5], event[6]
+                rest = key.split(":", 2)[2]
+                assert state is not None, f"{where}: run {wid} ({key}) stored while no such schedule existed"
+                if rest.startswith("trigger:"):
+                    assert scheduled_at == cron.iso(tx_now), (
+                        f"{where}: triggered run {wid} says {scheduled_at}"
+                    )
+                    continue
+                tick = datetime.strptime(rest, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=tx_now.tzinfo)
+                assert scheduled_at == rest, f"{where}: run {wid} of tick {rest} says {scheduled_at}"
+                assert tick not in seen, f"{where}: tick {rest} fired twice: {seen.get(tick)} and {wid}"
+                seen[tick] = wid
+                assert not state["paused"], (
+                    f"{where}: run {wid} for {rest} fired while the schedule was paused"
+                )
+                assert is_tick(state["every"], tick), f"{where}: {rest} is no tick of {state['cron']!r}"
+                assert tick <= tx_now, f"{where}: run {wid} for {rest} fired early, at {tx_now}"
+                assert tick >= state["next"], (
+                    f"{where}: run {wid} for {rest}, before the schedule's next tick {state['next']} (set by "
+                    f"its {state['set_by']})"
+                )
+                fired[txid].append(tick)
+                continue
+            op, expression, paused, backfill, next_tick, definition = event[5:]
+            if op == "DELETE":
+                assert state is not None, f"{where}: deleted twice"
+                state = None
+                continue
+            if op == "INSERT" or definition:
+                kind = (
+                    "add"
+                    if op == "INSERT"
+                    else "pause"
+                    if paused and not state["paused"]  # type: ignore[index]
+                    else "resume"
+                    if not paused and state["paused"]  # type: ignore[index]
+                    else "edit"
+                )
+                assert (op == "INSERT") == (state is None), (
+                    f"{where}: {op} of a schedule that existed: {state}"
+                )
+                every = CRON_EVERY[expression]
+                if kind != "pause":
+                    expected = tick_after(every, tx_now)
+                    assert next_tick == expected, (
+                        f"{where}: its {kind} (now() {tx_now}) set the next tick to {next_tick}, not the "
+                        f"first tick after now, {expected}"
+                    )
+                if kind == "edit":
+                    assert paused == state["paused"], f"{where}: an edit changed its pause"  # type: ignore[index]
+                state = {
+                    "every": every,
+                    "cron": expression,
+                    "paused": paused,
+                    "backfill": backfill,
+                    "next": next_tick,
+                    "set_by": f"{kind} at {at}",
+                }
+                continue
+            # a firing: the runs of this transaction are its ticks
+            assert state is not None and not state["paused"], f"{where}: fired a schedule in state {state}"
+            due = ticks_through(state["every"], state["next"], tx_now)
+            expected = due[-BACKFILL_LIMIT:] if state["backfill"] else due[-1:]
+            got = fired.pop(txid, [])
+            lost = [t for t in expected if t not in got and t not in seen]
+            assert (
+                (got or all(t in seen for t in expected)) and all(t in expected for t in got) and not lost
+            ), (
+                f"{where}: a firing at {tx_now} from the next tick {state['next']} (backfill "
+                f"{state['backfill']}) fired {[cron.iso(t) for t in got]}; expected "
+                f"{[cron.iso(t) for t in expected]}"
+            )
+            assert next_tick == tick_after(state["every"], tx_now), (
+                f"{where}: a firing at {tx_now} moved the next tick to {next_tick}, not the first after it"
+            )
+            state.update(next=next_tick, set_by=f"firing at {at}")
+            if figures is not None:
+                figures["schedule_firings_checked"] += 1
+                figures["schedule_catch_ups"] += int(len(due) > 1)
+        assert not fired, f"schedule {name}: runs fired without moving the schedule on: {dict(fired)}"
+
+
 AUDIT_WF_SQL = (
     "SELECT workflow_id::text, seq, txid, op, old_status, new_status, old_epoch, new_epoch,"
     " old_attempt, new_attempt, max_retries FROM sf_audit_wf ORDER BY seq"
@@ -1756,10 +2672,15 @@ def final_checks(
 
 
 def with_children(dsn: str, model: dict[str, Wf]) -> dict[str, Wf]:
-    """The model and the child workflows the runs started (their spec is their input)."""
+    """The model, the child workflows the runs started and the runs schedules submitted (their
+    spec is their input)."""
     out = dict(model)
-    for wid, data in query(dsn, "SELECT id::text, input_data FROM workflows WHERE parent_id IS NOT NULL"):
-        out.setdefault(wid, Wf(data["steps"], None, "child"))
+    for wid, data, wtype, child in query(
+        dsn,
+        "SELECT id::text, input_data, workflow_type, parent_id IS NOT NULL FROM workflows"
+        " WHERE parent_id IS NOT NULL OR idempotency_key LIKE 'schedule:%'",
+    ):
+        out.setdefault(wid, Wf(data["steps"], None, "child" if child else "schedule", None, wtype))
     return out
 
 
@@ -2000,6 +2921,8 @@ def final_check_list(
         lambda: check_step_writes(dsn),
         lambda: check_executions(effects, audit_wf),
         lambda: check_coordination(dsn),
+        lambda: check_limits(dsn),
+        lambda: check_schedules(dsn),
         checkpointed_steps_never_rerun,
         checkpoints_name_their_execution,
         completed_runs_are_whole,
@@ -2021,6 +2944,8 @@ def _int_env(name: str, default: int) -> int:
 def install_audit(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(AUDIT_SQL)
+        conn.execute(LIMITS_AUDIT_SQL)
+        conn.execute(SCHEDULES_AUDIT_SQL)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The workflow tests/test_stateful.py (and tests/test_stateful_regressions.py) drive.
+"""The workflows tests/test_stateful.py (and tests/test_stateful_regressions.py) drive.
 
 ``sf-flow`` runs the items its input lists, in order: ``{"steps": [[kind, arg], ...]}``. Each
 item takes one engine step number, except ``children`` (one per child, then one for the wait).
@@ -41,6 +41,10 @@ output per item (``None`` for a sleep), as the context handed them back.
 The lease epoch is not part of the workflow API; it is read from the worker's execution object
 behind the context (``ctx._journal.claimed.epoch``), a private attribute: when the engine
 changes it, the line carries ``?`` and the stateful test says that this helper needs updating.
+
+``sf-capped`` runs the same items with the same retry policy, under a concurrency limit of
+``CAPPED_CONCURRENCY`` declared in code (issue 14): the stateful test overrides it at run time
+with ``wfctl limit``, and ``--clear`` brings it back. (Children are always ``sf-flow``.)
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ from appendlog import append_line
 
 import wfctl
 
-POLICY_MAX_RETRIES = 2  # the type's policy, for a submit that leaves max_retries unset
+POLICY_MAX_RETRIES = 2  # the types' policy, for a submit that leaves max_retries unset
+CAPPED_CONCURRENCY = 2  # sf-capped's limit in code
 
 
 class Abort(BaseException):
@@ -100,6 +105,21 @@ EVENT_KEY = "progress"
 
 @wfctl.workflow("sf-flow", max_retries=POLICY_MAX_RETRIES, retry_base=0.05, retry_cap=0.2)
 def flow(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
+    return run_items(ctx, data)
+
+
+@wfctl.workflow(
+    "sf-capped",
+    max_retries=POLICY_MAX_RETRIES,
+    retry_base=0.05,
+    retry_cap=0.2,
+    concurrency=CAPPED_CONCURRENCY,
+)
+def capped(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
+    return run_items(ctx, data)
+
+
+def run_items(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
     wid = str(ctx.workflow_id)
     epoch = epoch_of(ctx)
     outputs: list[Any] = []

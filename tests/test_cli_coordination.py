@@ -264,8 +264,10 @@ def test_submit_timeout_fails_a_parked_run_at_its_deadline(workers, tmp_path: Pa
     # before it parked has failed at its deadline all the same, which the test checks next)
     for each in ids:
         wait_for(
-            lambda each=each: parked_on(workers.dsn, each, "approval")
-            or one(workers.dsn, "SELECT status FROM workflows WHERE id = %s", each) == "failed",
+            lambda each=each: (
+                parked_on(workers.dsn, each, "approval")
+                or one(workers.dsn, "SELECT status FROM workflows WHERE id = %s", each) == "failed"
+            ),
             what="the runs to park",
         )
 

@@ -144,6 +144,10 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
 10. no worker logs that the database refused one of its statements, other than by losing the
    connection (``refused_statements``): an error in the engine's SQL that only some limits
    trigger leaves runs unclaimed while they are set, and nothing else would notice.
+11. (``compare_stuck_frozen``) once every worker is frozen, their sessions fall idle within 10s:
+   a worker frozen inside a transaction of several statements (firing schedules: the due rows
+   locked, the runs inserted, not yet advanced) would keep its row locks from every other
+   worker until it runs again, and the schedules it locked would not fire.
 
 After the run (teardown: every gate released, every worker continued, at least two live
 workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
@@ -259,6 +263,7 @@ MAX_WORKERS = 3
 DRAIN_TIMEOUT = 45.0
 # what a refused statement may say when the server went away under it (a restart)
 CONNECTION_TROUBLE = ("shutting down", "starting up", "terminating connection", "connection", "recovery mode")
+FROZEN_SETTLE = 10.0  # seconds for the statements of frozen workers to finish
 SCHEDULE_LIVENESS = 15.0  # seconds for a schedule to fire again once the drain has live workers
 
 EXAMPLES_ENV = "WFCTL_STATEFUL_EXAMPLES"
@@ -1833,15 +1838,22 @@ class StatefulEngine(RuleBasedStateMachine):
             self._stop(worker)
         try:
             # a statement sent before the stop still runs to its commit: wait for it
-            wait_for(
-                lambda: query(
-                    self.dsn,
-                    "SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name = 'wfctl worker' AND state <> 'idle'",
-                )[0][0],
-                timeout=10,
-                what="the frozen workers' statements to finish",
-            )
+            deadline = time.monotonic() + FROZEN_SETTLE
+            while busy := query(
+                self.dsn,
+                "SELECT state, left(query, 120) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'wfctl worker' AND state <> 'idle'",
+            ):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+            if not self.expect(
+                not busy,
+                f"invariant 11: {FROZEN_SETTLE}s after every worker was frozen (SIGSTOP), a worker's "
+                f"session is still busy: {busy} (a transaction left open by a frozen worker keeps its "
+                "row locks from every other worker until it runs again)",
+            ):
+                return
             interval = parse_duration(stale, what="stale")
             ref_before, rec_before, _, _ = stuck_snapshot(self.dsn, interval)
             result = self.cli("recover", "--dry-run", "--stale", stale, "--json")

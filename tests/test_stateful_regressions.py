@@ -531,10 +531,6 @@ def test_the_schedules_check_accepts_a_real_history_and_catches_broken_ones(sf):
         check_schedules(sf.dsn)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: a worker frozen inside its schedule-firing transaction keeps the due rows locked",
-)
 def test_a_worker_frozen_while_firing_a_schedule_does_not_stop_its_ticks(sf):
     """Found by the stateful test on 9ee9e14 (a long run; compare_stuck_frozen timed out
     waiting for the frozen workers' sessions to fall idle: invariant 11 since): a worker frozen
@@ -546,8 +542,9 @@ def test_a_worker_frozen_while_firing_a_schedule_does_not_stop_its_ticks(sf):
     schedule's tick is held by an open transaction of the test, so that the worker's firing
     waits inside its transaction; the worker is frozen there and the test's transaction rolls
     back. Expected: another firer (here the test's own fire_due) fires the following ticks
-    within a few seconds (a frozen session's transaction ends, as ctx.transaction's does after
-    dead_after with idle_in_transaction_session_timeout, or the firing is one statement)."""
+    within a few seconds. Fixed: the firing transaction sets idle_in_transaction_session_timeout
+    to the worker's dead_after (``hold_locks_at_most``), so the server ends the frozen session's
+    transaction and its locks."""
     with psycopg.connect(sf.dsn, autocommit=True) as conn:
         schedules.add(conn, "s0", TYPE, "* * * * * *", input={"steps": [["ok", 0]]})
     proc = sf.start(1)

@@ -243,6 +243,24 @@ def connect(
     return conn
 
 
+def set_local(conn: psycopg.Connection[Any], setting: str, value: str) -> None:
+    """``SET LOCAL``: a server setting for the current transaction only."""
+    conn.execute(q("admin.set_local"), {"setting": setting, "value": value})
+
+
+#: How long a command that locks rows others need may sit frozen inside its transaction before
+#: the server ends it (workers use their --dead-after instead).
+DEFAULT_HOLD = 30.0
+
+
+def hold_locks_at_most(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Inside a transaction that locks rows others need (a schedule being fired, a limit being
+    declared): should this process freeze in it (SIGSTOP, a paused VM, a debugger) for longer
+    than ``seconds`` between two statements, the server ends the session, and the transaction
+    with its locks, instead of holding them until the process wakes."""
+    set_local(conn, "idle_in_transaction_session_timeout", f"{max(1, round(seconds * 1000))}ms")
+
+
 def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
     """True when a connection pooler sits between us and PostgreSQL: the backend pid that the
     server reported at connect time is not the pid of the backend running our statements

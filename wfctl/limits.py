@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
+from wfctl.connection import DEFAULT_HOLD, hold_locks_at_most
 from wfctl.durations import parse_duration
 from wfctl.errors import InvalidInput
 from wfctl.queries import q
@@ -122,13 +123,17 @@ def declared(concurrency: object, key_concurrency: object, rate: object) -> Limi
     )
 
 
-def declare(conn: psycopg.Connection[Any], types: Iterable[tuple[str, Limits]]) -> int:
+def declare(
+    conn: psycopg.Connection[Any], types: Iterable[tuple[str, Limits]], *, hold: float = DEFAULT_HOLD
+) -> int:
     """Write what the code declares for these types, (name, limits) pairs (a worker at start);
-    how many rows changed."""
+    how many rows changed. The rows stay locked (every claim of these types waits for them) in a
+    transaction that ends after ``hold`` seconds should this process freeze in it."""
     items = sorted(types, key=lambda item: item[0])
     rates = [lim.rate for _, lim in items]
     names = [name for name, _ in items]
     with conn.transaction():
+        hold_locks_at_most(conn, hold)
         conn.execute(q("limits.lock"), {"types": names})
         row = conn.execute(
             q("limits.declare"),

@@ -31,6 +31,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from wfctl import cron
+from wfctl.connection import DEFAULT_HOLD, hold_locks_at_most
 from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.queries import q
 from wfctl.registry import WorkflowType
@@ -294,18 +295,22 @@ def _next(parsed: cron.Cron, now: datetime, name: str) -> datetime:
 # -- code --------------------------------------------------------------------------------------
 
 
-def declare(conn: psycopg.Connection[Any], types: Mapping[str, WorkflowType]) -> list[Declared]:
+def declare(
+    conn: psycopg.Connection[Any], types: Mapping[str, WorkflowType], *, hold: float = DEFAULT_HOLD
+) -> list[Declared]:
     """A worker at start, for the types it runs: the schedule each one's code declares, named
     after the type, is created, or given the code's cron and zone when they changed (its next
     tick from now; an operator's pause is kept); unchanged, it is left alone (its next tick
     too, so a restart neither fires nor skips a tick). The code schedules of types whose code
-    declares none any more are deleted. A name taken by a `wfctl schedule add` is left alone."""
+    declares none any more are deleted. A name taken by a `wfctl schedule add` is left alone.
+    Each schedule's row is locked in a transaction that ends after ``hold`` seconds frozen."""
     done: list[Declared] = []
     for name, workflow in sorted(types.items()):
         if workflow.schedule is None:
             continue
         parsed = cron.parse(workflow.schedule, workflow.timezone)
         with conn.transaction():
+            hold_locks_at_most(conn, hold)
             found = _one(conn, "schedules.lock", name)
             if found is not None and (found.source != CODE or found.workflow_type != name):
                 done.append(Declared(name, "taken", workflow.schedule))
@@ -334,12 +339,15 @@ def declare(conn: psycopg.Connection[Any], types: Mapping[str, WorkflowType]) ->
 # -- firing ------------------------------------------------------------------------------------
 
 
-def fire_due(conn: psycopg.Connection[Any], *, batch: int = FIRE_BATCH) -> Firing:
+def fire_due(conn: psycopg.Connection[Any], *, hold: float = DEFAULT_HOLD, batch: int = FIRE_BATCH) -> Firing:
     """Submit the runs of every tick that is due, each once (a worker duty, and `wfctl tick`).
-    One transaction per ``batch`` schedules, until none is due."""
+    One transaction per ``batch`` schedules, until none is due. The due rows stay locked until
+    that transaction ends, and other firers skip them: a process frozen inside it loses it after
+    ``hold`` seconds (``hold_locks_at_most``), so the ticks it held are fired by another."""
     firing = Firing([], [], [])
     while True:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            hold_locks_at_most(conn, hold)
             due = cur.execute(q("schedules.due"), {"limit": batch}).fetchall()
             if not due:
                 return firing

@@ -49,3 +49,9 @@ SELECT current_setting('search_path') AS search_path;
 -- name: backend_pid
 -- Compared with the pid the server announced at connect time, to notice a pooler in between.
 SELECT pg_backend_pid() AS pid;
+
+-- name: set_local
+-- A setting for the current transaction only (SET LOCAL: nothing is left on a pooled server
+-- connection). wfctl.connection.set_local; e.g. idle_in_transaction_session_timeout, so that a
+-- process frozen inside a transaction loses it, and every lock it holds, after that long.
+SELECT set_config(%(setting)s, %(value)s, true);

@@ -322,13 +322,6 @@ SELECT state, output
 FROM wfctl_set_event_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(key)s,
                           %(value)s::jsonb, %(started)s);
 
--- name: transaction_setting
--- ctx.transaction (wfctl/worker/transactions.py): a setting for this transaction only (SET
--- LOCAL: nothing is left on a pooled server connection). idle_in_transaction_session_timeout,
--- first: a worker frozen inside the transaction loses it, and every lock it holds, after its
--- dead_after of silence; statement_timeout, after fn: the fence waits no longer for the row.
-SELECT set_config(%(setting)s, %(value)s, true);
-
 -- name: transaction_fence
 -- After fn returned, in its transaction: this execution still holds the run (its lease epoch,
 -- running), or nothing is returned and the transaction rolls back. The row stays locked until

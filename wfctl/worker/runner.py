@@ -302,6 +302,19 @@ class Worker:
                     raise
                 self._reconnect(exc, action)
 
+    def _declare(self) -> None:
+        """At start: the schedules and the limits (``@wfctl.workflow(concurrency=, rate=,
+        key_concurrency=)``) this worker's code declares go to the database, where every worker's
+        ticks and claims use them. Both lock rows that other workers' claims and ticks need: a
+        worker frozen while it declares loses its transaction after --dead-after (the server
+        ends its session), and declares again on a new connection when it wakes."""
+        hold = self.options.dead_after
+        self._with_db(
+            "schedule declaration", lambda conn: ticks.declare(conn, self.types, self.log, hold=hold)
+        )
+        declared = [(name, wt.limits) for name, wt in self.types.items()]
+        self._with_db("limit declaration", lambda conn: limits.declare(conn, declared, hold=hold))
+
     def _refused(self, action: str, error: psycopg.Error) -> None:
         """Log a refused statement (once a minute for the same message)."""
         text = _one_line(error, self.dsn)
@@ -319,10 +332,7 @@ class Worker:
         self.stopper.install()
         self.conn = self._connect()
         schema.check(self.conn)
-        ticks.declare(self.conn, self.types, self.log)  # the schedules the code declares
-        # the limits the code declares (@wfctl.workflow(concurrency=, rate=, key_concurrency=))
-        # go to the database, where every worker's claim enforces them
-        limits.declare(self.conn, [(name, wt.limits) for name, wt in self.types.items()])
+        self._declare()
         for index in range(self.options.concurrency):
             thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
             thread.start()
@@ -604,7 +614,7 @@ class Worker:
 
     def _fire_ticks(self) -> ticks.Outcome | None:
         try:
-            return self._with_db("schedule check", ticks.fire_once)  # type: ignore[no-any-return]
+            return self._with_db("schedule check", ticks.fire_once, self.options.dead_after)  # type: ignore[no-any-return]
         except psycopg.Error as exc:
             self._refused("schedule check", exc)
             return None

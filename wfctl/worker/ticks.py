@@ -36,9 +36,10 @@ class Outcome:
     next_in: float | None  # seconds until the earliest tick (None: no active schedule)
 
 
-def fire_once(conn: psycopg.Connection[Any]) -> Outcome:
-    """The duty's statements: fire what is due, then look at when the next tick comes."""
-    firing = schedules.fire_due(conn)
+def fire_once(conn: psycopg.Connection[Any], hold: float) -> Outcome:
+    """The duty's statements: fire what is due (a transaction that ends after ``hold`` seconds
+    should the worker freeze in it: its --dead-after), then look at when the next tick comes."""
+    firing = schedules.fire_due(conn, hold=hold)
     return Outcome(firing, schedules.next_due(conn))
 
 
@@ -103,9 +104,11 @@ class TickDuty(Duty):
             self.fired()
 
 
-def declare(conn: psycopg.Connection[Any], types: Mapping[str, WorkflowType], log: WorkerLog) -> None:
+def declare(
+    conn: psycopg.Connection[Any], types: Mapping[str, WorkflowType], log: WorkerLog, *, hold: float
+) -> None:
     """At start: the schedules this worker's code declares (``schedules.declare``), logged."""
-    for done in schedules.declare(conn, types):
+    for done in schedules.declare(conn, types, hold=hold):
         if done.action == "taken":
             log.warning(
                 f"schedule {done.name}: the code declares {done.name!r} with schedule "

@@ -34,6 +34,7 @@ from psycopg import conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from wfctl.connection import set_local
 from wfctl.errors import PermanentError
 from wfctl.queries import q
 
@@ -140,11 +141,11 @@ def _transaction(
     with pool.pool().connection() as conn:
         try:
             with conn.transaction() as tx:
-                _set_local(conn, "idle_in_transaction_session_timeout", pool.hold_ms)
+                set_local(conn, "idle_in_transaction_session_timeout", pool.hold_ms)
                 output = fn(conn)
                 fn_returned = True
                 _check_still_open(conn, name)
-                _set_local(conn, "statement_timeout", pool.hold_ms)
+                set_local(conn, "statement_timeout", pool.hold_ms)
                 fence = conn.execute(q("worker.transaction_fence"), key).fetchone()
                 if fence is None:
                     raise Fenced()
@@ -164,10 +165,6 @@ def _transaction(
                 raise _Unsure(exc) from exc
             raise
     return json.loads(output) if recorded is _NOTHING else recorded
-
-
-def _set_local(conn: psycopg.Connection[Any], setting: str, value: str) -> None:
-    conn.execute(q("worker.transaction_setting"), {"setting": setting, "value": value})
 
 
 def _check_still_open(conn: psycopg.Connection[Any], name: str) -> None:

@@ -294,35 +294,3 @@ def test_a_per_key_limit_and_a_rate_on_one_type_claim_together(dsn: str) -> None
         batch = claims.claim(conn, "w1", {"tenant": claims.Policy(max_retries=0)}, 5)
     assert sorted(c.workflow_type for c in batch.claimed) == ["tenant"] * 5
     assert rows(dsn, "SELECT key_cursor, rate_tat IS NOT NULL FROM workflow_limits") == [("c", True)]
-
-
-@pytest.mark.parametrize("mode", ["force_generic_plan", "force_custom_plan"])
-def test_without_limits_the_claim_reads_the_runnable_index_in_order(dsn: str, mode: str) -> None:
-    """The unlimited types' pick must stay an ordered scan of workflows_runnable_idx that stops
-    after LIMIT rows, not a sort of every runnable run (a filter against the limited types was
-    estimated to keep one row, and the planner sorted all 8,000)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        client.submit_many(conn, "plain", ["{}"] * 8000)
-        conn.execute("ANALYZE workflows")
-        conn.execute(f"SET plan_cache_mode = {mode}")
-        conn.execute("PREPARE claim_plan AS " + claim_sql_with_placeholders())
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN EXECUTE claim_plan('{plain}', '{3}', '{NULL}', '{NULL}', 32, 'w1')"
-            ).fetchall()
-        )
-    assert "workflows_runnable_idx" in plan, plan
-    assert "Sort Key: w.priority" not in plan, plan
-
-
-def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$6 for its named parameters, to PREPARE it as the worker does."""
-    from wfctl.queries import q
-
-    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner"]
-    casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text"]
-    text = q("worker.claim")
-    for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
-        text = text.replace(f"%({name})s", f"${number}::{cast}")
-    return text.replace("%%", "%")

@@ -19,9 +19,10 @@ SELECT pg_notify(wfctl_channel(), '');
 
 -- name: claim
 -- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then
--- age. The LIMIT ... SKIP LOCKED sits in a MATERIALIZED CTE so it is evaluated once, and the
--- UPDATE finds the picked rows by primary key (= ANY of an array), a plan that stays right
--- under a cached generic plan and stale statistics. The same statement takes the lease
+-- age. The pick (FOR UPDATE SKIP LOCKED, in functions whose plans cannot turn into a scan of
+-- the whole runnable set) sits in a MATERIALIZED CTE so it is evaluated once, and the UPDATE
+-- finds the picked rows by primary key (= ANY of an array), a plan that stays right under a
+-- cached generic plan and stale statistics. The same statement takes the lease
 -- (owner, epoch + 1), fills in the type's retry policy when the submitter left max_retries
 -- NULL (and its timeout, at the first claim), clears what a parked run waited for, opens
 -- the execution's row in workflow_attempts, and returns the journal of completed steps for a
@@ -46,21 +47,14 @@ held AS MATERIALIZED (
 picked AS MATERIALIZED (
     SELECT h.id FROM held h WHERE h.id IS NOT NULL
     UNION ALL
-    SELECT f.id FROM (
-        SELECT w.id
-        FROM workflows w
-        WHERE w.status = 'pending'
-          AND w.run_at <= now()
-          -- the worker's types without a limit, as one array: a filter against the limited
-          -- ones would be estimated to keep almost nothing, and the plan would sort the whole
-          -- runnable set instead of reading the index in order
-          AND w.workflow_type = ANY (ARRAY(
-                  SELECT t FROM unnest(%(types)s::text[]) AS t
-                  WHERE t <> ALL ((SELECT types FROM limited)::text[])))
-        ORDER BY w.priority DESC, w.run_at
-        LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))
-        FOR UPDATE SKIP LOCKED
-    ) AS f
+    -- the worker's types without a limit: wfctl_claim_ready (migration 0009) reads the
+    -- runnable index in order, one priority at a time, only as far as the rows it takes
+    SELECT f.id
+    FROM wfctl_claim_ready(
+        ARRAY(SELECT t FROM unnest(%(types)s::text[]) AS t
+              WHERE t <> ALL ((SELECT types FROM limited)::text[])),
+        greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))::integer
+    ) AS f(id)
 ),
 claimed AS (
     UPDATE workflows w

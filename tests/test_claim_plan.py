@@ -1,0 +1,163 @@
+"""The claim's cost must not grow with the backlog (issue 15): whatever the statistics say when
+the worker's generic plan is built, and however many pending rows are not due (delayed, backing
+off, sleeping, parked on a message or on children), one claim reads about as many entries of the
+runnable index as it takes rows. Counted exactly, not timed: the pages of workflows_runnable_idx
+the claim's transaction visited (pg_stat_get_xact_blocks_fetched; entries an index condition
+rejects are read but not counted as returned, so pages are the honest measure) and the entries
+it returned (pg_stat_get_xact_tuples_returned)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from wfctl.queries import q
+
+BATCH = 32
+
+
+def claim_sql_with_placeholders() -> str:
+    """worker.claim with $1..$6 for its named parameters, to PREPARE it as the worker does."""
+    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner"]
+    casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text"]
+    text = q("worker.claim")
+    for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
+        text = text.replace(f"%({name})s", f"${number}::{cast}")
+    return text.replace("%%", "%")
+
+
+@pytest.fixture
+def prepared(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection with the claim prepared under a forced generic plan (as the worker runs it),
+    built before any row exists: the statistics say the table is empty."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("PREPARE claim_plan AS " + claim_sql_with_placeholders())
+        yield conn
+
+
+def insert(conn: psycopg.Connection[Any], sql: str, n: int) -> None:
+    """``n`` rows of ``plain`` by INSERT ... SELECT generate_series (``sql``: the extra columns
+    and their values as SELECT expressions over ``g``)."""
+    columns, values = sql.split("|") if sql else ("", "")
+    conn.execute(
+        f"INSERT INTO workflows (workflow_type, input_data{columns}) "
+        f"SELECT 'plain', '{{}}'::jsonb{values} FROM generate_series(1, %s) AS g",
+        (n,),
+    )
+
+
+def claim(
+    conn: psycopg.Connection[Any], types: list[str] | None = None
+) -> tuple[list[tuple[Any, ...]], Read]:
+    """One claim of up to BATCH in a transaction rolled back afterwards: the rows claimed
+    (id, priority, run_at) and what it read of the runnable index."""
+    types = types or ["plain"]
+    conn.execute("BEGIN")
+    try:
+        before = entries(conn)
+        claimed = (
+            psycopg.ClientCursor(conn)
+            .execute(  # EXECUTE takes no bound parameters
+                "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1')",
+                (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH),
+            )
+            .fetchall()
+        )
+        after = entries(conn)
+        read = Read(after.pages - before.pages, after.entries - before.entries)
+        ids = [row[0] for row in claimed if row[0] is not None]
+        picked = conn.execute(
+            "SELECT id, priority, run_at FROM workflows WHERE id = ANY(%s) ORDER BY priority DESC, run_at",
+            (ids,),
+        ).fetchall()
+        return picked, read
+    finally:
+        conn.execute("ROLLBACK")
+
+
+@dataclass(frozen=True)
+class Read:
+    pages: int
+    entries: int
+
+    def small(self, priorities: int = 1) -> bool:
+        """About one batch: a few entries beyond the batch, and a few pages (a leaf holds
+        hundreds of entries) for each priority the claim visits (a descent of the index to
+        find it, one to scan its due rows)."""
+        return self.pages <= 6 * priorities and self.entries <= BATCH + 3 * priorities
+
+
+def entries(conn: psycopg.Connection[Any]) -> Read:
+    (pages, returned) = conn.execute(
+        "SELECT pg_stat_get_xact_blocks_fetched('workflows_runnable_idx'::regclass),"
+        " pg_stat_get_xact_tuples_returned('workflows_runnable_idx'::regclass)"
+    ).fetchone()  # type: ignore[misc]
+    return Read(int(pages), int(returned))
+
+
+def test_a_backlog_submitted_after_the_plan_was_built_is_read_in_order(prepared) -> None:
+    """The issue's case: the plan built on an empty table, then 20,000 rows arrive, not analyzed.
+    The pick it replaced was a bitmap scan of the runnable index and a sort of all 20,000."""
+    insert(prepared, "", 20_000)
+    picked, read = claim(prepared)
+    assert len(picked) == BATCH
+    assert read.small(), read
+
+
+def test_rows_not_due_are_not_read(prepared) -> None:
+    """20,000 parked runs (a message wait without deadline: run_at 9999-01-01), 20,000 delayed by
+    an hour and 5 due: the claim takes the 5 and reads next to nothing else. The pick it replaced
+    read every pending row of the priority whenever fewer than a batch were due."""
+    insert(prepared, ", run_at, wait_kind|, '9999-01-01'::timestamptz, 'message'", 20_000)
+    insert(prepared, ", run_at|, now() + interval '1 hour'", 20_000)
+    insert(prepared, "", 5)
+    prepared.execute("ANALYZE workflows")
+    picked, read = claim(prepared)
+    assert len(picked) == 5
+    assert read.small(priorities=2), read  # 0, then the probe that finds no lower priority
+
+
+def test_priorities_are_taken_highest_first_then_by_age(prepared) -> None:
+    """Several priorities, some with only rows not due: the batch is the 32 due rows highest in
+    (priority DESC, run_at), whichever priorities it spans, and the read stays near the batch."""
+    insert(prepared, ", priority, run_at|, 9, now() + interval '1 hour'", 5_000)  # none due
+    insert(prepared, ", priority, run_at|, 5, now() - g * interval '1 second'", 10)
+    insert(prepared, ", priority, run_at|, 0, now() - g * interval '1 second'", 5_000)
+    insert(prepared, ", priority, run_at|, -3, now() - g * interval '1 second'", 5_000)
+    picked, read = claim(prepared)
+    expected = prepared.execute(
+        "SELECT id, priority, run_at FROM workflows WHERE status = 'pending' AND run_at <= now()"
+        " ORDER BY priority DESC, run_at LIMIT %s",
+        (BATCH,),
+    ).fetchall()
+    assert picked == expected
+    assert [p for _, p, _ in picked].count(5) == 10
+    assert read.small(priorities=3), read  # 9 (nothing due), 5 and 0
+
+
+def test_rows_held_by_another_claim_are_skipped(prepared, dsn: str) -> None:
+    """Two claims at once take disjoint batches (SKIP LOCKED inside the function)."""
+    insert(prepared, "", 100)
+    with psycopg.connect(dsn) as other:
+        (first,) = other.execute(
+            "SELECT array_agg(id) FROM wfctl_claim_ready('{plain}', %s) AS f(id)", (BATCH,)
+        ).fetchone()  # type: ignore[misc]
+        picked, _ = claim(prepared)
+        other.rollback()
+    assert len(first) == BATCH and len(picked) == BATCH
+    assert not set(first) & {row[0] for row in picked}
+
+
+def test_types_the_worker_does_not_run_are_not_taken(prepared) -> None:
+    insert(prepared, "", 10)
+    prepared.execute(
+        "UPDATE workflows SET workflow_type = 'other' WHERE id IN (SELECT id FROM workflows LIMIT 4)"
+    )
+    picked, _ = claim(prepared)
+    assert len(picked) == 6
+    assert claim(prepared, ["nothing"])[0] == []

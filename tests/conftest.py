@@ -33,7 +33,7 @@ from helpers import (
 )
 from typer.testing import CliRunner
 
-from wfctl import schema
+from wfctl import partitions, schema
 from wfctl.cli.app import app
 from wfctl.queries import composed
 
@@ -99,6 +99,8 @@ def migrated_template(pg_server: Server) -> Iterator[str]:
     try:
         with psycopg.connect(with_db(pg_server.admin_dsn, name), autocommit=True) as conn:
             schema.migrate(conn)
+            if os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned":  # the whole run in that layout
+                partitions.convert(conn, 1)
         yield name
     finally:
         with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:

@@ -229,6 +229,14 @@ def unreachable() -> str:
     return f"host=127.0.0.1 port={free_port()} dbname=x connect_timeout=3"
 
 
+def partitioned(ctx: Ctx) -> None:
+    """The seeded database converted to the partitioned layout (its live worker stopped)."""
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE workers SET stopped_at = now()")
+        with conn.transaction():
+            conn.execute("SELECT wfctl_partition_convert(interval '1 day')")
+
+
 D = ("--dsn", "<dsn>")
 BIG = json.dumps({"blob": "x" * MAX_INPUT_BYTES})
 EXACT = json.dumps("x" * (MAX_INPUT_BYTES - 2))  # exactly MAX_INPUT_BYTES bytes of JSON
@@ -864,6 +872,40 @@ ROWS: list[Row] = [
         ("prune", "--older-than", "30d", "--status", "running", *D),
         "invalid status",
         2,
+    ),
+    # -- the partitioned layout (tests/test_partitions.py) --
+    Row(
+        "init-partition-interval-2d",
+        ("init", "--partitioned", "--partition-interval", "2d", *D),
+        "--partition-interval '2d': use one of 1d, 7d, 30d",
+        2,
+    ),
+    Row(
+        "init-partition-interval-alone",
+        ("init", "--partition-interval", "7d", *D),
+        "--partition-interval goes with --partitioned",
+        2,
+    ),
+    Row(
+        "db-partition-interval-1w",
+        ("db", "partition", "--partition-interval", "1w", *D),
+        "--partition-interval '1w': use one of 1d, 7d, 30d",
+        2,
+    ),
+    Row("db-partition-live-worker", ("db", "partition", *D), f"live worker {LIVE_WORKER} is running", 7),
+    Row(
+        "db-partition-twice",
+        ("db", "partition", *D),
+        "this database is partitioned already (every 1d)",
+        7,
+        setup=partitioned,
+    ),
+    Row(
+        "init-partitioned-other-interval",
+        ("init", "--partitioned", "--partition-interval", "30d", *D),
+        "partitioned every 1d already, not 30d",
+        7,
+        setup=partitioned,
     ),
     Row("unknown-command", ("frobnicate",), "No such command", 2),
     Row("unknown-option", ("submit", "three", "--frobnicate", *D), "No such option", 2),

@@ -39,6 +39,7 @@ EXPECTED: dict[str, frozenset[str]] = {
     "limits": ALL,
     "demo": NO_JSON,  # a guided tour for people
     "db status": ALL,
+    "db partition": ALL,
     "db url": NO_JSON,  # stdout is the DSN alone
     "db start": frozenset({"--config"}),  # the embedded server: a DSN names no server to start
     "db stop": frozenset({"--config"}),

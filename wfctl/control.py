@@ -11,6 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
+from wfctl import partitions
 from wfctl.durations import as_seconds
 from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.queries import q
@@ -92,6 +93,10 @@ class Pruned:
     workflows: int
     steps: int
     workers: int
+    #: partitioned layout only (None otherwise): intervals dropped (dry run: that would be),
+    #: and those prunable but left for the next prune because their locks were busy
+    partitions: int | None = None
+    partitions_busy: int = 0
 
 
 def prune(
@@ -112,12 +117,21 @@ def prune(
             f"prune removes finished workflows only ({', '.join(FINISHED)}), not {', '.join(bad)}"
         )
     params = {"statuses": list(statuses), "older_than": as_seconds(older_than), "batch": batch}
+    dropped: partitions.PartitionPrune | None = None
+    if partitions.layout(conn).partitioned:
+        # whole intervals first (dropped, not deleted); the rest goes row by row below
+        if not dry_run:
+            partitions.ensure(conn)
+        dropped = partitions.prune(conn, older_than, statuses, dry_run=dry_run)
     if dry_run:
         row = conn.execute(q("control.prune_count"), params).fetchone()
         workers = conn.execute(q("control.prune_workers_count"), params).fetchone()
         assert row is not None and workers is not None
-        return Pruned(int(row[0]), int(row[1]), int(workers[0]))
-    workflows = steps = 0
+        return Pruned(int(row[0]), int(row[1]), int(workers[0]), *_dropped(dropped))
+    workflows = dropped.workflows if dropped else 0
+    steps = dropped.steps if dropped else 0
+    if progress is not None and workflows:
+        progress(workflows)
     while True:
         row = conn.execute(q("control.prune_batch"), params).fetchone()
         assert row is not None
@@ -129,7 +143,11 @@ def prune(
         if done_w < batch:
             break
     workers = len(conn.execute(q("control.prune_workers"), params).fetchall())
-    return Pruned(workflows, steps, workers)
+    return Pruned(workflows, steps, workers, *_dropped(dropped))
+
+
+def _dropped(dropped: partitions.PartitionPrune | None) -> tuple[int | None, int]:
+    return (None, 0) if dropped is None else (dropped.dropped, dropped.busy)
 
 
 def prune_total(conn: psycopg.Connection[Any], older_than: timedelta, statuses: Sequence[str]) -> int:

@@ -26,7 +26,9 @@ SELECT c.relname AS table_name,
        (SELECT count(*) FROM pg_attribute a
          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS columns,
        (SELECT count(*) FROM pg_index i WHERE i.indrelid = c.oid) AS indexes,
-       pg_total_relation_size(c.oid) AS bytes
+       -- a partitioned table's size is its partitions' (pg_partition_tree: none for a plain table)
+       coalesce((SELECT sum(pg_total_relation_size(t.relid)) FROM pg_partition_tree(c.oid) t)::bigint,
+                pg_total_relation_size(c.oid)) AS bytes
 FROM pg_class c
 WHERE c.relkind IN ('r', 'p')
   AND c.relname IN ('workflows', 'workflow_steps', 'workflow_attempts', 'workers',

@@ -79,8 +79,9 @@ WHERE status = ANY(%(statuses)s::text[])
   AND coalesce(finished_at, updated_at) < now() - make_interval(secs => %(older_than)s::float8);
 
 -- name: prune_batch
--- One batch: a bounded DELETE (its steps go with it, ON DELETE CASCADE), committed on its own
--- so no lock is held long on a busy table. SKIP LOCKED: never wait for a row someone holds.
+-- One batch: a bounded DELETE, committed on its own so no lock is held long on a busy table.
+-- SKIP LOCKED: never wait for a row someone holds. Every dependent table is deleted from here:
+-- the partitioned layout has no foreign keys (and so no ON DELETE CASCADE) to workflows.
 WITH doomed AS (
     SELECT id FROM workflows
     WHERE status = ANY(%(statuses)s::text[])
@@ -90,6 +91,15 @@ WITH doomed AS (
 ),
 steps AS (
     DELETE FROM workflow_steps s USING doomed WHERE s.workflow_id = doomed.id RETURNING 1
+),
+attempts AS (
+    DELETE FROM workflow_attempts a USING doomed WHERE a.workflow_id = doomed.id
+),
+messages AS (
+    DELETE FROM workflow_messages m USING doomed WHERE m.workflow_id = doomed.id
+),
+events AS (
+    DELETE FROM workflow_events e USING doomed WHERE e.workflow_id = doomed.id
 ),
 gone AS (
     DELETE FROM workflows w USING doomed WHERE w.id = doomed.id RETURNING 1

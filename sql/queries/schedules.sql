@@ -73,7 +73,7 @@ FROM unnest(%(names)s::text[], %(scheduled_at)s::text[], %(keys)s::text[]) WITH 
      AS t(name, scheduled_at, key, ord)
 JOIN workflow_schedules s ON s.name = t.name
 ORDER BY t.ord
-ON CONFLICT (idempotency_key) DO NOTHING
+ON CONFLICT DO NOTHING  -- target-less: works in both layouts (client.submit)
 RETURNING id, workflow_type, idempotency_key;
 
 -- name: advance

@@ -88,13 +88,16 @@ claimed AS (
                   FROM workflow_steps s
                   WHERE s.workflow_id = w.id AND s.status = 'completed'
               ) END AS journal,
-              now() AS db_now
+              now() AS db_now, w.created_at
 ),
 opened AS (
-    -- the attempt history (workflow_attempts): this execution starts now, on this worker
-    INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at)
-    SELECT c.id, c.lease_epoch, c.attempt, %(owner)s, c.db_now FROM claimed c
-    ON CONFLICT (workflow_id, lease_epoch) DO NOTHING
+    -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
+    -- workflow's created_at: the partition key of the partitioned layout, migration 0010; the
+    -- constraint named, not its columns, which gain that key in that layout)
+    INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at,
+                                   workflow_created_at)
+    SELECT c.id, c.lease_epoch, c.attempt, %(owner)s, c.db_now, c.created_at FROM claimed c
+    ON CONFLICT ON CONSTRAINT workflow_attempts_pkey DO NOTHING
 ),
 charged AS (
     -- one write of each limited type's row (the function writes none, and a row may change
@@ -120,7 +123,7 @@ charged AS (
 )
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: flush
@@ -170,7 +173,7 @@ w AS (
       -- status index, even when the table's statistics are stale
       AND wf.status = r.require_status
       AND (r.expect IS NULL OR wf.current_step = r.expect)
-    RETURNING wf.id, wf.lease_epoch, wf.current_step
+    RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
 ),
 a AS (
     -- the execution ends (outcome set): close its row in the attempt history
@@ -183,14 +186,17 @@ a AS (
       AND wa.workflow_id = r.id AND wa.lease_epoch = r.epoch AND wa.ended_at IS NULL
 ),
 s AS (
+    -- workflow_created_at: the partition key of the partitioned layout (migration 0010); the
+    -- constraint is named so that one text serves both layouts (it has the key in that one)
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
-                                      started_at, completed_at, error_message, attempt, lease_epoch)
+                                      started_at, completed_at, error_message, attempt, lease_epoch,
+                                      workflow_created_at)
     SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, now(), r.step_error,
-           r.attempt, r.epoch
+           r.attempt, r.epoch, w.created_at
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
     WHERE r.step IS NOT NULL
-    ON CONFLICT (workflow_id, step_number) DO UPDATE
+    ON CONFLICT ON CONSTRAINT workflow_steps_workflow_id_step_number_key DO UPDATE
     SET step_name = excluded.step_name, status = excluded.status,
         output_data = excluded.output_data, started_at = excluded.started_at,
         completed_at = excluded.completed_at, error_message = excluded.error_message,

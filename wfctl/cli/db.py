@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
-from wfctl import schema
+from wfctl import partitions, schema
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import describe_data_dir_origin, printable_dsn
@@ -65,6 +66,8 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
     with session.connect(check_schema=False) as conn:
         seen = schema.overview(conn)
+        layout = partitions.layout(conn) if seen.schema_version == schema.latest_version() else None
+        parts = partitions.partitions(conn) if layout and layout.partitioned else []
     info.update(
         running=True,
         server_version=seen.server_version,
@@ -74,13 +77,24 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         schema_version=seen.schema_version,
         schema_latest=schema.latest_version(),
     )
+    if layout is not None:
+        info.update(
+            layout=layout.name,
+            partition_interval=f"{layout.interval_days}d" if layout.interval_days else None,
+        )
     tables = seen.tables
-    _report(session, info, tables)
+    _report(session, info, tables, parts if layout and layout.partitioned else None)
 
 
-def _report(session: Session, info: dict[str, object], tables: list[dict[str, object]]) -> None:
+def _report(
+    session: Session,
+    info: dict[str, object],
+    tables: list[dict[str, object]],
+    parts: list[partitions.Partition] | None = None,
+) -> None:
     if session.json:
-        render.print_json({**info, "tables": tables})
+        extra = {} if parts is None else {"partitions": [_partition_json(p) for p in parts]}
+        render.print_json({**info, "tables": tables, **extra})
         return
     pairs = [(k.replace("_", " "), v) for k, v in info.items()]
     render.key_values("Database", pairs)
@@ -96,6 +110,74 @@ def _report(session: Session, info: dict[str, object], tables: list[dict[str, ob
         )
     elif info.get("running") and not info.get("schema_version"):
         render.notice("no wfctl schema in this database yet: run `wfctl init`")
+    if parts:
+        render.table(
+            "Partitions",
+            ["table", "partition", "from", "to", "rows (estimate)", "size"],
+            [
+                (
+                    p.parent,
+                    p.partition,
+                    "default" if p.is_default else _when(p.range_start),
+                    "" if p.is_default else _when(p.range_end),
+                    p.rows_estimate,
+                    f"{p.bytes // 1024} kB",
+                )
+                for p in parts
+            ],  # type: ignore[call-overload]
+            justify=["left", "left", "left", "left", "right", "right"],
+        )
+
+
+def _when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _partition_json(p: partitions.Partition) -> dict[str, object]:
+    return {
+        "table": p.parent,
+        "partition": p.partition,
+        "default": p.is_default,
+        "from": p.range_start.isoformat() if p.range_start else None,
+        "to": p.range_end.isoformat() if p.range_end else None,
+        "rows_estimate": p.rows_estimate,
+        "bytes": p.bytes,
+    }
+
+
+@app.command()
+def partition(
+    partition_interval: Annotated[
+        str,
+        typer.Option("--partition-interval", help="One partition per 1d, 7d or 30d of created_at."),
+    ] = partitions.DEFAULT_INTERVAL,
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Convert this database to the partitioned layout (workflows, steps and attempts in time
+    partitions), in one transaction; stop every worker first."""
+    session = Session.create(dsn, config, json)
+    days = partitions.parse_interval(partition_interval)
+    with session.connect() as conn:
+        done = partitions.convert(conn, days)
+    if session.json:
+        render.print_json(
+            {
+                "layout": partitions.PARTITIONED,
+                "partition_interval": f"{days}d",
+                "workflows": done.workflows,
+                "steps": done.steps,
+                "attempts": done.attempts,
+                "partitions": done.partitions,
+            }
+        )
+        return
+    render.notice(
+        f"converted to the partitioned layout, one partition per {days}d: {done.partitions} "
+        f"interval(s), {done.workflows} workflow(s), {done.steps} step(s) and {done.attempts} "
+        "attempt(s) copied"
+    )
 
 
 @app.command()

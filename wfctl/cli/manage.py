@@ -113,6 +113,12 @@ def prune(
                 "workflows": result.workflows,
                 "steps": result.steps,
                 "workers": result.workers,
+                # the partitioned layout only: intervals dropped whole, and those left for later
+                **(
+                    {"partitions": result.partitions, "partitions_busy": result.partitions_busy}
+                    if result.partitions is not None
+                    else {}
+                ),
             }
         )
     elif result.workflows or result.workers:
@@ -120,7 +126,22 @@ def prune(
         render.line(
             f"{verb} {result.workflows} workflow(s) and {result.steps} step(s)"
             + (f", and {result.workers} old worker row(s)" if result.workers else "")
+            + _partitions_text(result, dry_run)
         )
+    if result.partitions_busy:
+        render.notice(
+            f"{result.partitions_busy} old partition interval(s) could not be locked within "
+            "a moment (busy tables): their rows were deleted one by one; the next prune drops "
+            "what is left of them whole"
+        )
+
+
+def _partitions_text(result: control.Pruned, dry_run: bool) -> str:
+    """`` (3 partition intervals dropped whole)`` in the partitioned layout."""
+    if not result.partitions:
+        return ""
+    verb = "would be dropped" if dry_run else "dropped"
+    return f" ({result.partitions} partition interval(s) {verb} whole)"
 
 
 def register(app: typer.Typer) -> None:

@@ -3,11 +3,12 @@ grant roles, write wfctl.toml where none was found (not inside a Python package)
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+import psycopg
 import typer
 
-from wfctl import schema, validate
+from wfctl import partitions, schema, validate
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import (
@@ -21,7 +22,7 @@ from wfctl.config import (
     write_config,
 )
 from wfctl.connection import describe_connection, mask_dsn
-from wfctl.errors import ConfigError
+from wfctl.errors import ConfigError, InvalidInput, InvalidState
 
 
 def init(
@@ -35,6 +36,22 @@ def init(
             "--schema",
             help="Put every wfctl table, function and trigger in this schema (default: public), "
             "and record it in the wfctl.toml written.",
+            show_default=False,
+        ),
+    ] = None,
+    partitioned: Annotated[
+        bool,
+        typer.Option(
+            "--partitioned",
+            help="Store workflows, steps and attempts in time partitions (prune drops whole "
+            "intervals); an existing database is converted (workers stopped).",
+        ),
+    ] = False,
+    partition_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--partition-interval",
+            help="With --partitioned: one partition per 1d, 7d or 30d of created_at [default: 1d].",
             show_default=False,
         ),
     ] = None,
@@ -52,6 +69,11 @@ def init(
         validate.check_text(role, "--grant")
     if schema_name is not None:
         check_schema_name(schema_name)
+    if partition_interval is not None and not partitioned:
+        raise InvalidInput("--partition-interval goes with --partitioned")
+    days = None
+    if partitioned:
+        days = partitions.parse_interval(partition_interval or partitions.DEFAULT_INTERVAL)
     cfg = session.config(must_exist=False)
     if not cfg.exists:
         refusal = package_refusal(cfg)
@@ -63,6 +85,7 @@ def init(
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
+        layout = _layout(conn, days)
         for role in grant or []:
             schema.grant_worker(conn, role)
         where = "the embedded PostgreSQL" if target.embedded else describe_connection(conn)
@@ -86,6 +109,8 @@ def init(
                 "config_written": str(written) if written else None,
                 "granted": list(grant or []),
                 "schema": result.schema,
+                "layout": layout.name,
+                "partition_interval": f"{layout.interval_days}d" if layout.interval_days else None,
             }
         )
         return
@@ -99,6 +124,11 @@ def init(
         names = ", ".join(f"{m.version:04d}_{m.name}" for m in result.applied)
         verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
         render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
+    if days is not None:
+        render.notice(
+            f"layout: partitioned, one partition per {layout.interval_days}d of created_at "
+            "(`wfctl db status` lists them)"
+        )
     if written:
         recorded = recorded_dsn(target)
         what = "the embedded PostgreSQL" if recorded is None else mask_dsn(recorded) or "libpq's defaults"
@@ -110,6 +140,24 @@ def init(
                 f"not recorded in {written.name}: {', '.join(unrecorded)} (a job without them in "
                 "its environment connects without them; a password belongs in ~/.pgpass or PGPASSFILE)"
             )
+
+
+def _layout(conn: psycopg.Connection[Any], days: int | None) -> partitions.Layout:
+    """The layout after ``init``: converted to the partitioned one when asked (``days``) and
+    not yet; asked with another interval than the database has: refused."""
+    current = partitions.layout(conn)
+    if days is None:
+        return current
+    if current.partitioned:
+        if current.interval_days != days:
+            raise InvalidState(
+                f"this database is partitioned every {current.interval_days}d already, not {days}d "
+                "(the interval is chosen once)"
+            )
+        partitions.ensure(conn)
+        return current
+    partitions.convert(conn, days)
+    return partitions.layout(conn)
 
 
 def _check_configured_schema(cfg: Config, wanted: str) -> None:

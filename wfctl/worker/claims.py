@@ -31,6 +31,7 @@ class ClaimRow:
     deadline_error: str | None
     journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
     db_now: datetime
+    created_at: datetime | None  # the workflow's (None on the rate's row)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 

@@ -32,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import limits, recovery, schema
+from wfctl import limits, partitions, recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
@@ -155,6 +155,16 @@ class Worker:
                 clock=time.monotonic,
                 fired=lambda: setattr(self, "_more", True),
                 enabled=lambda: not self.stopping.is_set(),
+            )
+        )
+        # the partitioned layout (wfctl/partitions.py): partitions ahead of time, looked for at the
+        # start and every minute (one catalog lookup when they exist; nothing when unpartitioned)
+        self.duties.add(
+            Duty(
+                "partitions",
+                partitions.DUTY_INTERVAL,
+                self._ensure_partitions,
+                active=lambda: not self.stopping.is_set(),
             )
         )
         # readiness (--health-port, --health-file): connected, and the last beat recent
@@ -611,6 +621,16 @@ class Worker:
             return
         for run in expired:
             self.log.event("failed", f"{run.id} {run.error_message}", level="error", type=run.workflow_type)
+
+    def _ensure_partitions(self) -> None:
+        try:
+            made = self._with_db("partition check", partitions.ensure)
+        except psycopg.Error as exc:
+            self._refused("partition check", exc)
+            return
+        if made.created:
+            moved = f", {made.moved} row(s) moved out of the default partitions" if made.moved else ""
+            self.log.info(f"created the partitions of {made.created} interval(s) ahead{moved}")
 
     def _fire_ticks(self) -> ticks.Outcome | None:
         try:

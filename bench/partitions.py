@@ -1,0 +1,254 @@
+"""The partitioned layout against the unpartitioned one (issue 15, part 3).
+
+    python -m bench.partitions [--server-dsn DSN] [--n 2000] [--rounds 5] [--workers 2]
+                               [--old-partitions 32] [--prune-rows 10000000] [--quick]
+
+Run from the repository root. Two phases, each in two fresh databases (one per layout):
+
+- hot path: N workflows of 3 no-op steps (bench/noop_app.py) submitted in one statement, then W
+  ``wfctl worker --burst`` processes started and timed until they exit, all N verified completed.
+  The partitioned database holds 7 intervals ahead plus --old-partitions in the past (about 40
+  partitions per table, as a month of daily history has). Rounds interleave the layouts (the
+  order alternates); the figure is the per-round ratio partitioned/unpartitioned, its median
+  and range.
+- prune: --prune-rows finished workflows (one step each) created over 9 whole days from the day
+  40 days ago (each day's partition holds a ninth), generated with generate_series straight
+  into the tables, then ``control.prune(--older-than 30d)`` timed once per layout (the
+  partitioned one first): batched row deletes against partition drops. 0 skips the phase;
+  ``--prune-budget S`` stops a prune after S seconds and reports its rate.
+
+Databases: on ``--server-dsn`` (or WFCTL_DSN; the role needs CREATEDB), else an embedded server;
+dropped at the end. Prints a Markdown table. See bench/README.md, "The partitioned layout".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import run as base
+from wfctl import control, partitions
+from wfctl.queries import parse_blocks
+
+SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
+LAYOUTS = ("unpartitioned", "partitioned")
+FINISHED = ["completed", "failed", "cancelled"]
+PRUNE_SPAN_DAYS = 9  # the generated history: 9 whole days from the day 40 days ago
+CHUNK = 1_000_000
+
+FULL = {"n": 2000, "rounds": 5, "workers": 2, "old_partitions": 32, "prune_rows": 10_000_000}
+QUICK = {"n": 30, "rounds": 1, "workers": 1, "old_partitions": 3, "prune_rows": 2000}
+
+
+@dataclass
+class PruneResult:
+    layout: str
+    workflows: int
+    steps: int
+    seconds: float
+    partitions: int | None
+    complete: bool = True  # False: stopped at --prune-budget (workflows, steps: deleted by then)
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+def run_sql(dsn: str, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(SQL[name], params)
+        return cur.fetchall() if cur.description else []
+
+
+@contextmanager
+def layout_database(server_dsn: str, layout: str, old_partitions: int) -> Iterator[str]:
+    with base.fresh_database(server_dsn, f"part_{layout[:5]}", keep=False) as dsn:
+        if layout == "partitioned":
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                partitions.convert(conn, 1)
+                for days in range(1, old_partitions + 1):
+                    conn.execute(SQL["old_partition"], {"days": days})
+        yield dsn
+
+
+def hot_round(dsn: str, n: int, workers: int) -> float:
+    """workflows/s from the workers' start until the last one exits, all N completed."""
+    run_sql(dsn, "empty")
+    run_sql(dsn, "submit", {"n": n, "steps": 3})
+    run_sql(dsn, "vacuum")
+    run_sql(dsn, "checkpoint")
+    cmd = [sys.executable, "-m", "wfctl", "worker", "--app", "bench.noop_app", "--burst", "--dsn", dsn]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
+    env["PYTHONPATH"] = str(base.REPO)
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, cwd=base.REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(workers)
+    ]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    seconds = time.perf_counter() - start
+    if any(p.returncode for p in procs):
+        raise base.BenchError(f"a worker failed: {errors}")
+    completed, total = run_sql(dsn, "completed")[0]
+    if completed != n or total != n:
+        raise base.BenchError(f"{completed} of {total} completed, expected {n}")
+    return n / seconds
+
+
+def generate(dsn: str, rows: int) -> None:
+    for lo in range(0, rows, CHUNK):
+        run_sql(
+            dsn,
+            "generate_workflows",
+            {"lo": lo, "hi": min(rows, lo + CHUNK), "n": rows, "span_days": PRUNE_SPAN_DAYS},
+        )
+    first, last = run_sql(dsn, "bounds")[0]
+    step = (last - first) / max(1, rows // CHUNK)
+    at = first
+    while at < last:
+        run_sql(dsn, "generate_steps", {"from": at, "to": min(last, at + step)})
+        at += step
+    run_sql(dsn, "vacuum")
+    run_sql(dsn, "checkpoint")
+
+
+def prune_phase(server_dsn: str, layout: str, rows: int, budget: float) -> PruneResult:
+    with layout_database(server_dsn, layout, 0) as dsn:
+        if layout == "partitioned":  # the history's intervals exist, as after a conversion
+            for days in range(30, 42):
+                run_sql(dsn, "old_partition", {"days": days})
+        base.log(f"{layout}: generating {rows:,} finished workflows with a step each")
+        generate(dsn, rows)
+        ((workflows, steps),) = run_sql(dsn, "counts")
+        base.log(f"{layout}: {workflows:,} workflows, {steps:,} steps; pruning")
+        deleted = [0]
+
+        def progress(n: int) -> None:
+            deleted[0] += n
+            if budget and time.perf_counter() - start > budget:
+                raise OutOfBudget
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            try:
+                done = control.prune(conn, timedelta(days=30), FINISHED, progress=progress)
+            except OutOfBudget:
+                seconds = time.perf_counter() - start
+                left = run_sql(dsn, "counts")[0]
+                base.log(f"{layout}: stopped at the budget after {seconds:.0f} s, {left[0]:,} left")
+                return PruneResult(layout, workflows - left[0], steps - left[1], seconds, None, False)
+            seconds = time.perf_counter() - start
+        left = run_sql(dsn, "counts")[0]
+        if (done.workflows, done.steps) != (workflows, steps) or left != (0, 0):
+            raise base.BenchError(f"{layout}: pruned {done}, left {left}")
+        return PruneResult(layout, done.workflows, done.steps, seconds, done.partitions)
+
+
+def load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def hot_path(server: str, opts: dict[str, int]) -> None:
+    with ExitStack() as stack:
+        dbs = {
+            layout: stack.enter_context(layout_database(server, layout, opts["old_partitions"]))
+            for layout in LAYOUTS
+        }
+        rates: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+        for r in range(opts["rounds"]):
+            order = LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]
+            for layout in order:
+                rates[layout].append(hot_round(dbs[layout], opts["n"], opts["workers"]))
+            base.log(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.0f}/s" for k, v in rates.items()))
+    ratios = [p / u for p, u in zip(rates["partitioned"], rates["unpartitioned"], strict=True)]
+    print("\n## hot path: workflows/s (workers start -> all completed)\n")
+    print("| round | unpartitioned | partitioned | partitioned/unpartitioned |")
+    print("|---|---|---|---|")
+    for i, (u, p) in enumerate(zip(rates["unpartitioned"], rates["partitioned"], strict=True), 1):
+        print(f"| {i} | {u:.0f} | {p:.0f} | {p / u:.3f} |")
+    print(
+        f"| median of {len(ratios)} | {statistics.median(rates['unpartitioned']):.0f} | "
+        f"{statistics.median(rates['partitioned']):.0f} | {statistics.median(ratios):.3f} "
+        f"(range {min(ratios):.3f}-{max(ratios):.3f}) |"
+    )
+    print(f"\nload average after the hot path: {load_average()}")
+
+
+def prune_table(server: str, rows: int, budget: float, layouts: tuple[str, ...]) -> None:
+    results = [prune_phase(server, layout, rows, budget) for layout in reversed(layouts)]
+    print(f"\n## prune --older-than 30d of {rows:,} finished workflows (one step each)\n")
+    print("| layout | workflows | steps | partition intervals dropped | seconds |")
+    print("|---|---|---|---|---|")
+    for res in results:
+        dropped = "-" if res.partitions is None else str(res.partitions)
+        seconds = f"{res.seconds:.2f}"
+        if not res.complete:  # the rate so far, and the whole at that rate
+            rate = res.workflows / res.seconds
+            seconds += (
+                f" (stopped at the budget: {rate:,.0f} workflows/s; all {rows:,}: {rows / rate:,.0f} s)"
+            )
+        print(f"| {res.layout} | {res.workflows:,} | {res.steps:,} | {dropped} | {seconds} |")
+    print(f"\nload average after the prune phase: {load_average()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--server-dsn", default=os.environ.get("WFCTL_DSN"))
+    parser.add_argument("--n", type=int)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--old-partitions", type=int)
+    parser.add_argument("--prune-rows", type=int)
+    parser.add_argument(
+        "--prune-budget", type=float, default=0, help="seconds a prune may run (0: to the end); then the rate"
+    )
+    parser.add_argument(
+        "--prune-layout",
+        choices=(*LAYOUTS, "both"),
+        default="both",
+        help="the prune phase in one layout only",
+    )
+    parser.add_argument("--quick", action="store_true", help="a few seconds: for the test")
+    args = parser.parse_args(argv)
+    opts = dict(QUICK if args.quick else FULL)
+    for key in opts:
+        value = getattr(args, key)
+        if value is not None:
+            opts[key] = value
+    with ExitStack() as stack:
+        server = args.server_dsn
+        if not server:
+            server = stack.enter_context(
+                base.embedded_server(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            )
+        print(
+            f"wfctl partitions benchmark: N={opts['n']} workflows x 3 no-op steps, W={opts['workers']} "
+            f"workers, {opts['rounds']} round(s); partitioned: 8 intervals ahead + "
+            f"{opts['old_partitions']} old, 1d each"
+        )
+        print(f"load average (1, 5, 15 min): {load_average()}")
+        if opts["rounds"]:
+            hot_path(server, opts)
+        if opts["prune_rows"]:
+            layouts = LAYOUTS if args.prune_layout == "both" else (args.prune_layout,)
+            prune_table(server, opts["prune_rows"], args.prune_budget, layouts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The time-partitioned layout (issue 15, part 3): `wfctl init --partitioned`, `wfctl db
+partition`, idempotency keys without a unique index, prune dropping whole intervals, partitions
+made ahead of time (and rows moved out of the default partition), the reference queries pruned
+to their window, `wfctl db status`.
+
+The engine's own tests run in this layout too: ``WFCTL_TEST_LAYOUT=partitioned pytest
+tests/test_worker.py tests/test_coordination.py`` (tests/conftest.py converts the template)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from helpers import rows, wait_for
+from test_schema import reference_queries
+
+import wfctl
+from wfctl import control, partitions
+
+OLD = "now() - interval '40 days'"
+
+
+@pytest.fixture
+def pdsn(cli, empty_dsn: str) -> Iterator[str]:
+    """A new database installed with `wfctl init --partitioned` (one partition per day)."""
+    result = cli("init", "--partitioned", "--dsn", empty_dsn)
+    assert result.exit_code == 0, result.output
+    assert "layout: partitioned, one partition per 1d" in result.stderr
+    yield empty_dsn
+
+
+def old_partitions(dsn: str, *days_ago: int) -> None:
+    """Partitions for intervals in the past (wfctl makes them from now on; older ones exist when
+    a database with old rows was converted)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for days in days_ago:
+            conn.execute(
+                "SELECT wfctl_create_partition(wfctl_partition_start(now() - make_interval(days => %s),"
+                " interval '1 day'))",
+                (days,),
+            )
+
+
+def finished_workflow(
+    conn: psycopg.Connection, created: str, status: str = "completed", steps: int = 2
+) -> str:
+    """A finished workflow created at ``created`` (SQL), finished a day later, with steps, an
+    attempt, a message and an event."""
+    wid = conn.execute(
+        f"INSERT INTO workflows (workflow_type, status, created_at, finished_at, updated_at)"
+        f" VALUES ('three', %s, {created}, {created} + interval '1 day', {created} + interval '1 day')"
+        " RETURNING id",
+        (status,),
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO workflow_steps (workflow_id, step_number, status, workflow_created_at)"
+        " SELECT w.id, n, 'completed', w.created_at FROM workflows w, generate_series(1, %s) n"
+        " WHERE w.id = %s",
+        (steps, wid),
+    )
+    conn.execute(
+        "INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, workflow_created_at)"
+        " SELECT id, 1, 1, created_at FROM workflows WHERE id = %s",
+        (wid,),
+    )
+    conn.execute("INSERT INTO workflow_messages (workflow_id, topic) VALUES (%s, 't')", (wid,))
+    conn.execute("INSERT INTO workflow_events (workflow_id, key) VALUES (%s, 'k')", (wid,))
+    return str(wid)
+
+
+def partition_names(dsn: str) -> set[str]:
+    return {name for (name,) in rows(dsn, "SELECT partition FROM wfctl_partitions()")}
+
+
+def test_init_partitioned_makes_partitions_ahead_and_status_lists_them(cli, pdsn):
+    status = json.loads(cli("db", "status", "--dsn", pdsn, "--json").stdout)
+    assert (status["layout"], status["partition_interval"]) == ("partitioned", "1d")
+    parts = [p for p in status["partitions"] if p["table"] == "workflows"]
+    assert len(parts) == partitions.AHEAD + 2  # today, 7 days ahead, and the default
+    assert parts[-1]["default"] and parts[-1]["partition"] == "workflows_default"
+    today = rows(pdsn, "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")[0][0]
+    assert parts[0]["partition"] == f"workflows_p{today}"
+    assert {p["table"] for p in status["partitions"]} == {"workflows", "workflow_steps", "workflow_attempts"}
+    text = cli("db", "status", "--dsn", pdsn)
+    assert "Partitions" in text.stdout and f"workflow_steps_p{today}" in text.stdout, text.stdout
+    # init again: nothing to do; another interval: refused (it is chosen once)
+    again = cli("init", "--partitioned", "--dsn", pdsn)
+    assert again.exit_code == 0 and "nothing changed" in again.stderr, again.output
+    other = cli("init", "--partitioned", "--partition-interval", "7d", "--dsn", pdsn)
+    assert other.exit_code == 7
+    assert "partitioned every 1d already, not 7d" in other.stderr
+
+
+def test_the_engine_runs_and_step_rows_carry_the_partition_key(pdsn, workers):
+    workers.dsn = pdsn
+    wid = str(wfctl.submit(pdsn, "three", {"n": 2}))
+    workers.run()
+    assert rows(pdsn, "SELECT status FROM workflows WHERE id = %s", wid) == [("completed",)]
+    mismatched = rows(
+        pdsn,
+        "SELECT count(*) FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id"
+        " WHERE s.workflow_created_at IS DISTINCT FROM w.created_at"
+        " UNION ALL SELECT count(*) FROM workflow_attempts a JOIN workflows w ON w.id = a.workflow_id"
+        " WHERE a.workflow_created_at IS DISTINCT FROM w.created_at",
+    )
+    assert mismatched == [(0,), (0,)]
+    assert rows(pdsn, "SELECT count(*) FROM workflow_steps WHERE workflow_id = %s", wid) == [(3,)]
+
+
+def test_one_key_gives_one_row_under_concurrent_submits(pdsn):
+    """The advisory lock in the guard trigger: the second submit waits for the first one's
+    commit, then finds the key and stores nothing (and wfctl.submit returns the first id)."""
+    first = psycopg.connect(pdsn)
+    try:
+        wid = first.execute("SELECT wfctl_submit('three', NULL, 'the-key')").fetchone()[0]
+        got: list[object] = []
+        second = threading.Thread(target=lambda: got.append(wfctl.submit(pdsn, "three", {}, key="the-key")))
+        second.start()
+        # the second insert waits for the key's lock, held by the first transaction
+        wait_for(
+            lambda: (
+                rows(
+                    pdsn,
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event = 'advisory' AND datname = current_database()",
+                )[0][0]
+                == 1
+            ),
+            timeout=10,
+            what="the second submit to wait on the key's lock",
+        )
+        first.commit()
+        second.join(timeout=10)
+    finally:
+        first.close()
+    assert got == [wid]
+    assert rows(pdsn, "SELECT count(*) FROM workflows WHERE idempotency_key = 'the-key'") == [(1,)]
+    # a plain INSERT of a used key is skipped too, and the same key in one statement once
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        cur = conn.execute(
+            "INSERT INTO workflows (workflow_type, idempotency_key) VALUES ('three', 'the-key')"
+        )
+        assert cur.rowcount == 0
+        cur = conn.execute(
+            "INSERT INTO workflows (workflow_type, idempotency_key) VALUES ('three', 'k2'), ('three', 'k2')"
+        )
+        assert cur.rowcount == 1
+
+
+def test_prune_drops_old_intervals_whole_and_deletes_the_rest(cli, pdsn):
+    old_partitions(pdsn, 40, 39, 38)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        gone = [finished_workflow(conn, OLD) for _ in range(3)]
+        gone.append(finished_workflow(conn, OLD, status="failed"))
+        # the next day holds a run still pending: that interval is kept, its finished run deleted
+        kept_pending = conn.execute(
+            "INSERT INTO workflows (workflow_type, created_at) VALUES ('three', now() - interval '39 days')"
+            " RETURNING id"
+        ).fetchone()[0]
+        finished_workflow(conn, "now() - interval '39 days'")
+        # the third: finished recently (retried long after it was created): kept whole
+        recent = conn.execute(
+            "INSERT INTO workflows (workflow_type, status, created_at, finished_at)"
+            " VALUES ('three', 'completed', now() - interval '38 days', now() - interval '1 day')"
+            " RETURNING id"
+        ).fetchone()[0]
+        conn.execute("ANALYZE workflows")
+    day40 = rows(pdsn, f"SELECT 'workflows_p' || to_char(({OLD}) AT TIME ZONE 'UTC', 'YYYYMMDD')")[0][0]
+
+    dry = cli("prune", "--older-than", "30d", "--dry-run", "--json", "--dsn", pdsn)
+    assert json.loads(dry.stdout) == {
+        "dry_run": True, "workflows": 5, "steps": 10, "workers": 0, "partitions": 1, "partitions_busy": 0,
+    }  # fmt: skip
+    assert day40 in partition_names(pdsn)
+
+    done = cli("prune", "--older-than", "30d", "--dsn", pdsn)
+    assert done.exit_code == 0, done.output
+    assert done.stdout == (
+        "removed 5 workflow(s) and 10 step(s) (1 partition interval(s) dropped whole)\n"
+    ), done.output
+    names = partition_names(pdsn)
+    assert day40 not in names and day40.replace("workflows", "workflow_steps") not in names
+    assert day40.replace("workflows", "workflow_attempts") not in names
+    left = {wid for (wid,) in rows(pdsn, "SELECT id FROM workflows")}
+    assert left == {kept_pending, recent}
+    for table in ("workflow_steps", "workflow_attempts", "workflow_messages", "workflow_events"):
+        orphans = rows(
+            pdsn,
+            f"SELECT count(*) FROM {table} x"
+            " WHERE NOT EXISTS (SELECT 1 FROM workflows w WHERE w.id = x.workflow_id)",
+        )
+        assert orphans == [(0,)], table
+
+
+def test_a_drop_that_cannot_get_its_locks_gives_up_and_rows_go_one_by_one(pdsn):
+    old_partitions(pdsn, 40)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        finished_workflow(conn, OLD)
+    holder = psycopg.connect(pdsn)
+    try:
+        holder.execute("SELECT count(*) FROM workflows")  # a long report: ACCESS SHARE held
+        with psycopg.connect(pdsn, autocommit=True) as conn:
+            result = control.prune(conn, timedelta(days=30), ["completed"])
+    finally:
+        holder.close()
+    assert (result.partitions, result.partitions_busy) == (0, 1)
+    assert (result.workflows, result.steps) == (1, 2)  # by the row deletes instead
+    assert rows(pdsn, "SELECT count(*) FROM workflows") == [(0,)]
+
+
+def test_the_success_rate_query_reads_only_the_partitions_of_its_window(pdsn):
+    old_partitions(pdsn, 40, 20, 10, 5, 3)
+    success_rate = next(s for s in reference_queries() if "24 hours" in s)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        finished_workflow(conn, OLD)
+        finished_workflow(conn, "now()")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + success_rate))
+        assert conn.execute(success_rate).fetchall()[0][1] == 1  # one run in the last 24 hours
+    today, yesterday = rows(
+        pdsn,
+        "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'),"
+        " to_char((now() - interval '1 day') AT TIME ZONE 'UTC', 'YYYYMMDD')",
+    )[0]
+    assert f"workflows_p{today}" in plan, plan
+    # the window has no end, so the (empty) partitions made ahead are read; the old ones are not
+    scanned = {w[len("workflows_p") :] for w in plan.split() if w.startswith("workflows_p")}
+    assert scanned and min(scanned) >= yesterday, plan
+    assert "Subplans Removed: 5" in plan, plan
+    for other in reference_queries():
+        with psycopg.connect(pdsn, autocommit=True) as conn:
+            conn.execute(other).fetchall()  # the other two run unchanged
+
+
+def test_a_missing_partition_is_made_and_its_rows_leave_the_default_partition(pdsn, workers):
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        # a run created 20 days ahead (a clock skewed client): no partition yet, so the default
+        wid = conn.execute(
+            "INSERT INTO workflows (workflow_type, created_at) VALUES ('three', now() + interval '20 days')"
+            " RETURNING id"
+        ).fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM workflows_default").fetchone() == (1,)
+        # the duty's partition ahead is dropped; a worker makes it again at its start
+        last = conn.execute(
+            "SELECT max(partition) FROM wfctl_partitions() WHERE parent = 'workflow_attempts'"
+        ).fetchone()[0]
+        for table in ("workflow_attempts", "workflow_steps", "workflows"):
+            conn.execute(f"DROP TABLE {last.replace('workflow_attempts', table)}")
+        moved = conn.execute(
+            "SELECT wfctl_create_partition("
+            " wfctl_partition_start(now() + interval '20 days', interval '1 day'))"
+        ).fetchone()[0]
+        assert moved == 1
+        assert conn.execute("SELECT count(*) FROM workflows_default").fetchone() == (0,)
+        assert (
+            conn.execute("SELECT tableoid::regclass::text FROM workflows WHERE id = %s", (wid,))
+            .fetchone()[0]
+            .startswith("workflows_p")
+        )
+    workers.dsn = pdsn
+    log = workers.run()
+    assert "created the partitions of 1 interval(s) ahead" in log, log
+    assert last in partition_names(pdsn)
+
+
+@pytest.mark.skipif(
+    os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned", reason="the run's databases are partitioned already"
+)
+def test_convert_an_existing_database_with_runs_in_every_status(cli, dsn, workers):
+    finished = [str(wfctl.submit(dsn, "three", {"n": n})) for n in range(3)]
+    workers.run()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        statuses = ("pending", "running", "completed", "failed", "cancelled")
+        for status in statuses:
+            conn.execute(
+                f"INSERT INTO workflows (workflow_type, status, created_at, idempotency_key)"
+                f" VALUES ('three', %s, {OLD}, %s)",
+                (status, f"key-{status}"),
+            )
+        before = {
+            table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("workflows", "workflow_steps", "workflow_attempts")
+        }
+        snapshot = conn.execute("SELECT id, status, created_at FROM workflows ORDER BY id").fetchall()
+        conn.execute("CREATE ROLE wfctl_conv_worker")
+    try:
+        assert cli("init", "--grant", "wfctl_conv_worker", "--dsn", dsn).exit_code == 0
+        # a live worker: refused
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO workers (id, hostname, pid, concurrency) VALUES ('h:1:a', 'h', 1, 1)")
+        refused = cli("db", "partition", "--dsn", dsn)
+        assert refused.exit_code == 7 and "live worker h:1:a is running" in refused.stderr, refused.output
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE workers SET stopped_at = now()")
+
+        done = cli("db", "partition", "--partition-interval", "7d", "--json", "--dsn", dsn)
+        assert done.exit_code == 0, done.output
+        report = json.loads(done.stdout)
+        copied = (report["workflows"], report["steps"], report["attempts"])
+        assert copied == (before["workflows"], before["workflow_steps"], before["workflow_attempts"])
+        assert rows(dsn, "SELECT id, status, created_at FROM workflows ORDER BY id") == snapshot
+        assert rows(dsn, "SELECT count(*) FROM workflow_steps WHERE workflow_created_at IS NULL") == [(0,)]
+        assert rows(dsn, "SELECT relkind FROM pg_class WHERE relname = 'workflows'") == [("p",)]
+        # the grant was carried over, and the old tables are gone
+        assert rows(
+            dsn, "SELECT has_table_privilege('wfctl_conv_worker', 'workflows', 'INSERT'),"
+            " has_sequence_privilege('wfctl_conv_worker', 'workflow_steps_id_seq', 'USAGE'),"
+            " to_regnamespace('wfctl_unpartitioned_public')"
+        ) == [(True, True, None)]  # fmt: skip
+        # an old key is still taken; the engine runs on the new tables
+        assert str(wfctl.submit(dsn, "three", {}, key="key-failed")) in {str(i) for (i,) in rows(
+            dsn, "SELECT id FROM workflows WHERE idempotency_key = 'key-failed'")}  # fmt: skip
+        again = str(wfctl.submit(dsn, "three", {"n": 9}))
+        workers.run()
+        assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", again) == [("completed",)]
+        assert all(
+            rows(dsn, "SELECT status FROM workflows WHERE id = %s", w) == [("completed",)] for w in finished
+        )
+        status = json.loads(cli("db", "status", "--json", "--dsn", dsn).stdout)
+        assert status["partition_interval"] == "7d"
+        twice = cli("db", "partition", "--dsn", dsn)
+        assert twice.exit_code == 7 and "partitioned already" in twice.stderr
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP OWNED BY wfctl_conv_worker")
+            conn.execute("DROP ROLE wfctl_conv_worker")

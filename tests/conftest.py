@@ -4,10 +4,16 @@ The server is the one in ``WFCTL_TEST_DSN`` when set (CI points it at Debian's P
 else an embedded PostgreSQL 18 started in a temporary directory for this run. Either way it
 trusts Unix-socket connections and, where it listens on 127.0.0.1, asks TCP clients for a
 password (scram-sha-256), so the authentication tests have something to fail against.
+
+Under pytest-xdist (``pytest -n 3 --dist loadgroup``, what CI runs) every session-scoped fixture
+here is per worker: each worker starts its own embedded server and makes its own template;
+``WFCTL_TEST_DSN``'s server is shared, and a test marked ``alone`` runs with no other test in
+flight (tests/parallel.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -15,8 +21,11 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
+import parallel
 import psycopg
 import pytest
 import servers
@@ -47,8 +56,78 @@ def _start_embedded(base: Path) -> servers.Embedded:
     return server
 
 
+# -- parallel runs ---------------------------------------------------------------------------------
+
+# Modules whose tests run alone under xdist, with why; a module says it itself with
+# ``pytestmark = pytest.mark.alone`` (this table is for modules that cannot carry the mark yet).
+ALONE_MODULES = {
+    "test_stateful.py": "its restart_database rule restarts the suite's server (pg_ctl restart)",
+}
+
+
+# An xdist worker starts with COLUMNS=80 and LINES=24 in its environment whatever the shell had,
+# and wfctl's tables take their width from COLUMNS (render.PIPE_WIDTH without it): each worker
+# gets the controller's values back, so a test sees the same environment on any number of workers.
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """On the xdist controller, for each worker: the terminal settings of the shell."""
+    node.workerinput["wfctl_terminal_env"] = {name: os.environ.get(name) for name in TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        for name, value in workerinput["wfctl_terminal_env"].items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    config.addinivalue_line(
+        "markers",
+        "alone: under pytest-xdist on WFCTL_TEST_DSN's shared server, runs with no other test in flight",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in ALONE_MODULES:
+            item.add_marker(pytest.mark.alone)
+
+
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def run_lock(tmp_path_factory: pytest.TempPathFactory) -> parallel.RunLock | None:
+    """The lock the xdist workers of this run share (None in a run on one process): the parent
+    of each worker's basetemp is the run's own directory."""
+    if parallel.worker_id() is None:
+        return None
+    return parallel.RunLock(tmp_path_factory.getbasetemp().parent / "wfctl-run-lock")
+
+
+def _shared(lock: parallel.RunLock | None) -> AbstractContextManager[None]:
+    return lock.shared() if lock is not None else contextlib.nullcontext()
+
+
+@pytest.fixture(autouse=True)
+def _server_turn(request: pytest.FixtureRequest, run_lock: parallel.RunLock | None) -> Iterator[None]:
+    """Under xdist: every test holds the run's lock shared, an ``alone`` test exclusively (set
+    up before and torn down after the test's other function-scoped fixtures). Only a shared
+    server (``WFCTL_TEST_DSN``) needs it: an embedded server is the worker's own."""
+    if run_lock is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("alone") is not None and bool(os.environ.get("WFCTL_TEST_DSN"))
+    with run_lock.exclusive() if alone else run_lock.shared():
+        yield
+
+
+# -- the server and the databases --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server(run_lock: parallel.RunLock | None) -> Iterator[Server]:
     env_dsn = os.environ.get("WFCTL_TEST_DSN")
     embedded: servers.Embedded | None = None
     if env_dsn:
@@ -56,11 +135,12 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     else:
         # Not under pytest's basetemp: a pytest session starting meanwhile (another checkout,
         # a helper) resets that tree to 0700, and the server's own user would lose its files.
+        # Under xdist, one server per worker.
         home = Path(tempfile.mkdtemp(prefix="wfctl-test-pg-"))
         home.chmod(0o755)
         embedded = _start_embedded(home)
         admin = embedded.dsn("postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with _shared(run_lock), psycopg.connect(admin, autocommit=True) as conn:
         row = conn.execute(
             "SELECT current_setting('listen_addresses'), current_setting('port')::int,"
             " current_setting('server_version_num')::int"
@@ -90,20 +170,22 @@ def empty_dsn(pg_server: Server) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def migrated_template(pg_server: Server) -> Iterator[str]:
-    """A database with the wfctl schema installed, made once per run: each test's ``dsn`` is a
-    copy of it (much faster than migrating every test's database)."""
+def migrated_template(pg_server: Server, run_lock: parallel.RunLock | None) -> Iterator[str]:
+    """A database with the wfctl schema installed, made once per run (per xdist worker): each
+    test's ``dsn`` is a copy of it (much faster than migrating every test's database). Made and
+    dropped under the run's lock, so never while an ``alone`` test restarts a shared server."""
     name = f"wfctl_tpl_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
-        conn.execute(composed("admin.create_database", name=name))
-    try:
+    with _shared(run_lock):
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+            conn.execute(composed("admin.create_database", name=name))
         with psycopg.connect(with_db(pg_server.admin_dsn, name), autocommit=True) as conn:
             schema.migrate(conn)
             if os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned":  # the whole run in that layout
                 partitions.convert(conn, 1)
+    try:
         yield name
     finally:
-        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
+        with _shared(run_lock), psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
             conn.execute(composed("admin.drop_database", name=name))
 
 

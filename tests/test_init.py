@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import uuid
 
 import psycopg
 import pytest
@@ -147,13 +148,13 @@ def test_named_config_must_exist(cli, tmp_path):
 def password_role(pg_server, empty_dsn):
     if pg_server.tcp_port is None:
         pytest.skip("the test server does not listen on TCP")
+    role = f"wfctl_pw_{uuid.uuid4().hex[:8]}"  # roles are the server's: one per test (xdist)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        conn.execute("DROP ROLE IF EXISTS wfctl_pw_user")
-        conn.execute("CREATE ROLE wfctl_pw_user LOGIN PASSWORD 'right-horse'")
-    yield "wfctl_pw_user"
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right-horse'")
+    yield role
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
-        conn.execute("DROP OWNED BY wfctl_pw_user")
-        conn.execute("DROP ROLE IF EXISTS wfctl_pw_user")
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 def test_wrong_password_is_one_line_and_masked(cli, pg_server, empty_dsn, password_role):
@@ -182,7 +183,7 @@ def test_init_writes_private_config_for_password_dsn(cli, pg_server, empty_dsn, 
     dbname = psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"]
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         conn.execute(composed("admin.create_database", name=dbname + "_pw"))
-        conn.execute(f"ALTER DATABASE {dbname}_pw OWNER TO wfctl_pw_user")
+        conn.execute(f"ALTER DATABASE {dbname}_pw OWNER TO {password_role}")
     try:
         dsn = pg_server.tcp_dsn(dbname + "_pw", password_role, "right-horse")
         result = cli("init", "--dsn", dsn)

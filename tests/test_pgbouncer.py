@@ -48,6 +48,8 @@ import wfctl
 from wfctl import schema
 
 POOL_SIZE = 2  # server connections per database: fewer than the workers, so they share them
+# under pytest-xdist (--dist loadgroup) the module runs on one worker: one set of servers, not one per worker
+pytestmark = pytest.mark.xdist_group("pgbouncer")
 
 
 @dataclass

@@ -20,6 +20,8 @@ import wfctl
 from wfctl import schema
 
 DBNAME = "wfctl_replica"
+# under pytest-xdist (--dist loadgroup) the module runs on one worker: one set of servers, not one per worker
+pytestmark = pytest.mark.xdist_group("replica")
 
 
 def settled(value: object) -> object:

@@ -31,6 +31,7 @@ KILLS = int(os.environ.get("WFCTL_TX_KILLS", "15"))
 IN_FN = (
     "SELECT count(*) FROM pg_stat_activity"
     " WHERE query LIKE 'INSERT INTO app_ledger%%' AND xact_start IS NOT NULL"
+    " AND datname = current_database()"
 )
 
 
@@ -236,7 +237,7 @@ def test_a_worker_frozen_between_fence_and_commit_lets_go_of_the_row(dsn: str, w
             lambda: rows(
                 dsn,
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%wfctl_step_done%%'",
+                " AND query LIKE '%%wfctl_step_done%%' AND datname = current_database()",
             )[0][0],
             what="the checkpoint to wait behind the fence",
         )
@@ -248,7 +249,7 @@ def test_a_worker_frozen_between_fence_and_commit_lets_go_of_the_row(dsn: str, w
             lambda: rows(
                 dsn,
                 "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-                " AND query LIKE '%%wfctl_step_done%%'",
+                " AND query LIKE '%%wfctl_step_done%%' AND datname = current_database()",
             )[0][0],
             what="the frozen transaction to hold the row",
         )

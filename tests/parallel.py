@@ -1,0 +1,63 @@
+"""Running the suite on several pytest-xdist workers (``pytest -n 3``; importable as ``parallel``).
+
+Each xdist worker is a process with its own session: its own embedded server (when
+``WFCTL_TEST_DSN`` is not set), its own migrated template, its own databases. What they still
+share is ``WFCTL_TEST_DSN``'s server and the machine. A test marked ``alone`` (one that restarts
+the suite's server, such as the stateful test's ``restart_database``) must run with no other
+test in flight on that server: ``RunLock`` is a readers-writer lock over two files that every
+worker of one run opens, held shared by every other test and exclusively by an ``alone`` one.
+
+The lock favours the writer: a test takes ``gate`` only to get into ``room`` and lets it go at
+once; an ``alone`` test keeps ``gate`` while it waits for ``room`` and while it runs, so no new
+test starts meanwhile and the ones in flight drain. Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def worker_id() -> str | None:
+    """``gw0``, ``gw1``, ... on an xdist worker; None in a plain run (and on the controller)."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+class RunLock:
+    """A readers-writer lock shared by the workers of one run, in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.gate = directory / "gate.lock"
+        self.room = directory / "room.lock"
+        for path in (self.gate, self.room):
+            path.touch(exist_ok=True)
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with open(self.gate, "rb") as gate, open(self.room, "rb") as room:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(room, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(room, fcntl.LOCK_UN)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with open(self.gate, "rb") as gate, open(self.room, "rb") as room:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(room, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(room, fcntl.LOCK_UN)
+            finally:
+                fcntl.flock(gate, fcntl.LOCK_UN)

@@ -40,14 +40,12 @@ import io
 import json
 import os
 import shlex
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from bench import common
 from bench import run as base
 from wfctl.queries import parse_blocks
 
@@ -309,15 +308,9 @@ def binding(chores: Chores, dsn: str, opts: base.Options, limit: int, sampler: b
 
 _num = base._num
 _ratio = base._ratio
-
-
-def _x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+_x = common.ratio_text
+_median = common.median
+spread = common.spread
 
 
 RATIOS = (("none", "before", "a/before"), ("limit", "none", "b/a"), ("keyed", "none", "c/a"))
@@ -362,13 +355,6 @@ def rounds_table(done: list[Round], specs: dict[str, Spec], steady: bool) -> Non
         ]
     )
     base.table(header, rows)
-
-
-def spread(values: Sequence[float | None]) -> str:
-    present = [v for v in values if v is not None]
-    if not present:
-        return "n/a"
-    return f"median {_x(statistics.median(present))}, rounds {_x(min(present))}-{_x(max(present))}"
 
 
 def report(
@@ -509,10 +495,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="The cost of flow-control limits on the standard benchmark's workload "
         "(see bench/README.md).",
     )
-    parser.add_argument(
-        "--server-dsn",
-        help="create the databases on this server (default: $WFCTL_DSN, else a durable embedded server)",
-    )
+    common.add_server_dsn(parser)
     parser.add_argument(
         "--before",
         metavar="REV|DIR",
@@ -569,26 +552,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def server_dsn(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, str]]:
-    """(the server's DSN, its description)."""
-    given = args.server_dsn or os.environ.get("WFCTL_DSN")
-    if given:
-        yield given, "fresh databases on --server-dsn/WFCTL_DSN's server"
-        return
-    with base.embedded_server(workdir) as dsn:
-        yield dsn, "embedded, fresh databases"
-
-
-def _stop(signum: int, _frame: object) -> None:
-    """SIGTERM (a timeout, a CI job cancelled): unwind, so that the workers are killed and the
-    databases dropped on the way out."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, common.stop)
     workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-limits-"))
     opts = base.Options(
         args.n,
@@ -619,13 +585,9 @@ def main(argv: list[str] | None = None) -> int:
                 current.append(Variant(KEYED, chores["current"]))
             variants = ([Variant(BEFORE, chores["before"])] if "before" in chores else []) + current
             specs = {v.name: v.spec for v in variants}
-            server, description = stack.enter_context(server_dsn(args, workdir))
+            server, description = stack.enter_context(common.server_dsn(args.server_dsn, workdir))
             info = base.describe_server(server, description)
-            if info.fsync != "on" or info.synchronous_commit not in ("on", "remote_apply", "remote_write"):
-                log(
-                    f"WARNING: the server is not durable (fsync={info.fsync}, "
-                    f"synchronous_commit={info.synchronous_commit}); commits cost less than they would"
-                )
+            common.warn_if_not_durable(info)
             dsns: dict[str, str] = {}
             for name, code in codes.items():
                 dsn = stack.enter_context(
@@ -668,10 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sampler.stop()
-        if failed or args.keep:
-            log(f"worker logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        common.clean_up(workdir, failed, args.keep)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
-from bench import floor
+from bench import common, floor
 from bench import limits as trees
 from bench import run as base
 from wfctl.queries import parse_blocks
@@ -639,11 +639,6 @@ def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[A
 # -- the report ------------------------------------------------------------------------------------
 
 
-def _median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def _num(value: float | None, digits: int = 0) -> str:
     return base._num(value, digits)
 
@@ -695,13 +690,13 @@ def summary(phases: list[Phase], sides: list[Side], ceiling: float | None) -> di
             "other_cpu_s",
             "xacts_per_workflow",
         ):
-            row[f"median_{key}"] = _median([getattr(p, key) for p in mine])
+            row[f"median_{key}"] = common.median([getattr(p, key) for p in mine])
         xacts = row["median_xacts_per_workflow"]
         row["ceiling_over_xacts"] = ceiling / xacts if ceiling and xacts else None
         # CPU per workflow processed in the CPU window (which starts when the submit's process
         # has exited: the runs completed by then are not in it)
         for key in ("server_cpu_s", "workers_cpu_s"):
-            row[f"median_{key[:-2]}_ms_per_workflow"] = _median(
+            row[f"median_{key[:-2]}_ms_per_workflow"] = common.median(
                 [
                     1000 * getattr(p, key) / max(1, p.n - p.done_at_start)
                     if getattr(p, key) is not None
@@ -864,10 +859,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Throughput to the CPU limit (issue 15 part 1): wfctl, the naive baseline and the floor, "
         "interleaved (see bench/README.md).",
     )
-    parser.add_argument(
-        "--server-dsn",
-        help="create the databases on this server (default: $WFCTL_DSN, else a durable embedded server)",
-    )
+    common.add_server_dsn(parser)
     parser.add_argument("-n", help="workflows per phase, comma-separated for several (default 2000)")
     parser.add_argument("--rounds", type=int, help="rounds of every side (default 3)")
     parser.add_argument("-s", "--steps", type=int, default=3, help="no-op steps per workflow (default 3)")
@@ -993,32 +985,18 @@ def side_database(side: Side, server: str, keep: bool, chores: dict[Path, trees.
         yield dsn
 
 
-def _stop(signum: int, _frame: object) -> None:
-    """SIGTERM: unwind, so that the workers are killed and the databases dropped."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, common.stop)
     workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-throughput-"))
     failed = True
     try:
         sides = build_sides(args, workdir)
         loads_start = os.getloadavg()
         with contextlib.ExitStack() as stack:
-            given = args.server_dsn or os.environ.get("WFCTL_DSN")
-            if given:
-                server, description = given, "fresh databases on --server-dsn/WFCTL_DSN's server"
-            else:
-                server = stack.enter_context(base.embedded_server(workdir))
-                description = "embedded, fresh databases"
+            server, description = stack.enter_context(common.server_dsn(args.server_dsn, workdir))
             info = base.describe_server(server, description)
-            if info.fsync != "on" or info.synchronous_commit not in ("on", "remote_apply", "remote_write"):
-                log(
-                    f"WARNING: the server is not durable (fsync={info.fsync}, "
-                    f"synchronous_commit={info.synchronous_commit}); commits cost less than they would"
-                )
+            common.warn_if_not_durable(info)
             chores: dict[Path, trees.Chores] = {}
             for side in sides:
                 if side.code is not None and side.code.root not in chores:
@@ -1060,10 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {exc}")
         return 1
     finally:
-        if failed or args.keep:
-            log(f"worker logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        common.clean_up(workdir, failed, args.keep)
 
 
 def report(

@@ -128,6 +128,22 @@ def rows(dsn: str, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
 
 
+def wait_for_worker_session(dsn: str, condition: str, timeout: float = 30.0, what: str = "") -> None:
+    """Poll pg_stat_activity until a ``wfctl worker`` session of ``dsn``'s database meets
+    ``condition`` (SQL on pg_stat_activity's columns: ``wait_event_type = 'Lock'``, blocked on a
+    row the test holds; ``state = 'idle in transaction'``, frozen inside its transaction); fail
+    the test after ``timeout``."""
+    wait_for(
+        lambda: rows(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            f" AND application_name = 'wfctl worker' AND {condition}",
+        )[0][0],
+        timeout=timeout,
+        what=what or f"a worker's session with {condition}",
+    )
+
+
 def complete_lines(path: Path) -> list[str]:
     """The lines of a file that processes may still be appending to, up to its last complete
     line (a half-written last line is read next time)."""

@@ -11,7 +11,7 @@ import time
 
 import psycopg
 import pytest
-from helpers import rows, wait_for
+from helpers import rows, wait_for, wait_for_worker_session
 
 from wfctl.connection import connection_lost, hold_locks_at_most
 
@@ -66,12 +66,9 @@ def test_a_worker_frozen_while_declaring_its_limits_releases_them(dsn: str, work
     try:
         blocker.execute("SELECT 1 FROM workflow_limits WHERE workflow_type = 'capped' FOR UPDATE")
         proc = workers.start("--missed-beats", "5", app="limitflows")  # dead after 1 s
-        wait_for(
-            lambda: rows(
-                dsn,
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'wfctl worker' AND wait_event_type = 'Lock'",
-            )[0][0],
+        wait_for_worker_session(
+            dsn,
+            "wait_event_type = 'Lock'",
             timeout=20,
             what="the worker's declaration to wait for the limit's row",
         )
@@ -80,12 +77,9 @@ def test_a_worker_frozen_while_declaring_its_limits_releases_them(dsn: str, work
     finally:
         blocker.close()
     try:
-        wait_for(
-            lambda: rows(
-                dsn,
-                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'wfctl worker' AND state = 'idle in transaction'",
-            ),
+        wait_for_worker_session(
+            dsn,
+            "state = 'idle in transaction'",
             timeout=10,
             what="the frozen worker idle in its transaction, holding the row",
         )

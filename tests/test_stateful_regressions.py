@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import APPS, Result, wait_for
+from helpers import APPS, Result, wait_for, wait_for_worker_session
 from test_stateful import (
     CAPPED,
     TERMINAL,
@@ -569,12 +569,9 @@ def test_a_worker_frozen_while_firing_a_schedule_does_not_stop_its_ticks(sf):
             "INSERT INTO workflows (workflow_type, input_data, idempotency_key) VALUES (%s, %s, %s)",
             (TYPE, json.dumps({"steps": []}), key),
         )
-        wait_for(
-            lambda: query(
-                sf.dsn,
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'wfctl worker' AND wait_event_type = 'Lock'",
-            )[0][0],
+        wait_for_worker_session(
+            sf.dsn,
+            "wait_event_type = 'Lock'",
             timeout=10,
             what="the worker's firing to wait for the tick's key",
         )
@@ -583,12 +580,9 @@ def test_a_worker_frozen_while_firing_a_schedule_does_not_stop_its_ticks(sf):
     finally:
         blocker.close()
     try:
-        wait_for(
-            lambda: query(
-                sf.dsn,
-                "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'wfctl worker' AND state = 'idle in transaction'",
-            ),
+        wait_for_worker_session(
+            sf.dsn,
+            "state = 'idle in transaction'",
             what="the frozen worker's session idle in its transaction",
         )
 

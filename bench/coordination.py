@@ -37,7 +37,6 @@ import json
 import os
 import random
 import shlex
-import shutil
 import signal
 import statistics
 import sys
@@ -54,6 +53,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import wfctl
+from bench import common
 from bench import run as base
 from bench.coord_app import TOPIC, TYPES
 from wfctl.client import submit_many
@@ -296,6 +296,10 @@ def explain_claim(dsn: str, types: list[str]) -> tuple[int | None, float | None]
         "timeout_errors": [None] * len(types),
         "limit": 4,
         "owner": "bench-explain",
+        # a claim from the head of the runnable index (a worker's first, or its scan every poll)
+        "after_priority": None,
+        "after_run_at": None,
+        "after_id": None,
     }
     statement = sql.SQL(SQL["explain"]).format(query=sql.SQL(q("worker.claim")))  # type: ignore[arg-type]
     plans = []
@@ -655,8 +659,7 @@ def _float(row: Sequence[Any] | None) -> float | None:
 # -- the report ------------------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
+_num = base._num
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -1013,15 +1016,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 description = "embedded, a fresh database per phase"
             server = base.describe_server(server_dsn, description)
-            if server.fsync != "on" or server.synchronous_commit not in (
-                "on",
-                "remote_apply",
-                "remote_write",
-            ):
-                log(
-                    f"WARNING: the server is not durable (fsync={server.fsync}, "
-                    f"synchronous_commit={server.synchronous_commit}); commits cost less than they would"
-                )
+            common.warn_if_not_durable(server)
             for phase in args.phases:
                 with database(phase) as dsn:
                     if phase == "latency":
@@ -1052,10 +1047,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sampler.stop()
-        if failed or args.keep:
-            log(f"worker logs kept in {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        common.clean_up(workdir, failed, args.keep)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,7 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +65,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from bench import common
 from bench import run as base
 from wfctl.queries import parse_blocks, q
 
@@ -136,28 +135,11 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True)
 
 
-def median(values: Sequence[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def num(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def x(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def spread(values: Sequence[float | None]) -> str:
-    present = [v for v in values if v is not None]
-    if not present:
-        return "n/a"
-    return f"median {x(statistics.median(present))}, rounds {x(min(present))}-{x(max(present))}"
+median = common.median
+ratio = base._ratio
+num = base._num
+x = common.ratio_text
+spread = common.spread
 
 
 def mb(value: float | None) -> str:
@@ -413,6 +395,10 @@ def worker_params() -> dict[str, Any]:
         "timeout_errors": [p.timeout_error for p in policies.values() if p],
         "limit": policy.free_slots(DEFAULTS.concurrency, 0),
         "owner": heartbeat.Identity.new().id,
+        # a claim from the head of the runnable index (a worker's first, or its scan every poll)
+        "after_priority": None,
+        "after_run_at": None,
+        "after_id": None,
     }
 
 
@@ -1317,10 +1303,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="History, backlog and soak: cost that does not grow with the work (see bench/README.md).",
     )
     parser.add_argument("command", choices=list(COMMANDS))
-    parser.add_argument(
-        "--server-dsn",
-        help="create the databases on this server (default: $WFCTL_DSN, else a durable embedded server)",
-    )
+    common.add_server_dsn(parser)
     parser.add_argument("--quick", action="store_true", help="small sizes, for the test")
     parser.add_argument("-n", type=int, help="workflows per timed run (default 20000)")
     parser.add_argument("--history", type=int, help="history: finished workflows (default 1000000)")
@@ -1375,30 +1358,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _stop(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, common.stop)
     args.workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-scale-"))
     args.loads = (os.getloadavg(), os.getloadavg())
     failed = True
     try:
         with contextlib.ExitStack() as stack:
-            given = args.server_dsn or os.environ.get("WFCTL_DSN")
-            if given:
-                server, description = given, "fresh databases on --server-dsn/WFCTL_DSN's server"
-            else:
-                server = stack.enter_context(base.embedded_server(args.workdir))
-                description = "embedded, fresh databases"
+            server, description = stack.enter_context(common.server_dsn(args.server_dsn, args.workdir))
             info = base.describe_server(server, description)
-            if info.fsync != "on" or info.synchronous_commit not in ("on", "remote_apply", "remote_write"):
-                log(
-                    f"WARNING: the server is not durable (fsync={info.fsync}, "
-                    f"synchronous_commit={info.synchronous_commit}); commits cost less than they would"
-                )
+            common.warn_if_not_durable(info)
             problems, data = COMMANDS[args.command](args, server, info)
         if args.json:
             print(
@@ -1420,10 +1390,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {exc}")
         return 1
     finally:
-        if failed or args.keep:
-            log(f"worker logs kept in {args.workdir}")
-        else:
-            shutil.rmtree(args.workdir, ignore_errors=True)
+        common.clean_up(args.workdir, failed, args.keep)
 
 
 if __name__ == "__main__":

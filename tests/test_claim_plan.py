@@ -16,14 +16,16 @@ import psycopg
 import pytest
 
 from wfctl.queries import q
+from wfctl.worker import claims
 
 BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$6 for its named parameters, to PREPARE it as the worker does."""
-    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner"]
-    casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text"]
+    """worker.claim with $1..$9 for its named parameters, to PREPARE it as the worker does."""
+    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner",
+             "after_priority", "after_run_at", "after_id"]
+    casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text", "int", "timestamptz", "uuid"]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
         text = text.replace(f"%({name})s", f"${number}::{cast}")
@@ -63,7 +65,8 @@ def claim(
         claimed = (
             psycopg.ClientCursor(conn)
             .execute(  # EXECUTE takes no bound parameters
-                "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1')",
+                "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1',"
+                " NULL, NULL, NULL)",
                 (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH),
             )
             .fetchall()
@@ -161,3 +164,104 @@ def test_types_the_worker_does_not_run_are_not_taken(prepared) -> None:
     picked, _ = claim(prepared)
     assert len(picked) == 6
     assert claim(prepared, ["nothing"])[0] == []
+
+
+def claim_through_worker(
+    conn: psycopg.Connection[Any], frontier: claims.Frontier, limit: int = BATCH
+) -> list[claims.Claimed]:
+    """One claim as the worker makes it (claims.claim, committed), from ``frontier``."""
+    return claims.claim(conn, "w1", {"plain": claims.Policy(3)}, limit, frontier).claimed
+
+
+def test_a_claim_from_the_frontier_does_not_step_over_runs_claimed_before(dsn: str) -> None:
+    """The soak's finding: a claimed run's entry stays in the runnable index until a vacuum, and
+    while another session's snapshot is older than the claim it cannot even be marked dead, so
+    a scan from the head steps over every run claimed since the last vacuum. From the worker's
+    frontier (its last claim's key) the scan starts past them; the scan from the head, made at
+    least once a poll interval, still reads them."""
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as old:
+        insert(conn, "", 3_000)
+        old.execute("SELECT 1")  # a transaction whose snapshot predates the claims below
+        frontier = claims.Frontier(full_every=3600.0)
+        taken = 0
+        while taken < 2_000:
+            taken += len(claim_through_worker(conn, frontier, 64))
+        assert frontier.key is not None
+        conn.execute("BEGIN")
+        try:
+            before = entries(conn)
+            picked = claim_through_worker(conn, frontier)
+            after = entries(conn)
+        finally:
+            conn.execute("ROLLBACK")
+        read = Read(after.pages - before.pages, after.entries - before.entries)
+        assert len(picked) == BATCH and read.small(), read
+        conn.execute("BEGIN")
+        try:
+            before = entries(conn)
+            picked = claim_through_worker(conn, claims.Frontier())  # no key: from the head
+            after = entries(conn)
+        finally:
+            conn.execute("ROLLBACK")
+        # the test's premise: from the head the same claim reads the 2,000 claimed runs' entries
+        assert len(picked) == BATCH and after.entries - before.entries >= 2_000
+        old.rollback()
+
+
+def test_runs_behind_the_frontier_are_taken_by_the_scan_from_the_head(dsn: str) -> None:
+    """A run that lands behind the frontier (here: an older run_at, as a run handed back by
+    recovery or a submit that committed late has) is not seen from the frontier, and is taken
+    by the next scan from the head, which the frontier asks for once full_every has passed."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        insert(conn, ", run_at|, now() - interval '1 minute'", 10)
+        frontier = claims.Frontier(full_every=3600.0)
+        assert len(claim_through_worker(conn, frontier)) == 10
+        insert(conn, ", run_at|, now() - interval '2 minutes'", 3)  # behind the key
+        insert(conn, "", 2)  # ahead of it
+        assert len(claim_through_worker(conn, frontier)) == 2
+        assert claim_through_worker(conn, frontier) == []
+        frontier.full_every = 0.0  # a poll interval has passed
+        late = claim_through_worker(conn, frontier)
+        assert len(late) == 3
+        (left,) = conn.execute("SELECT count(*) FROM workflows WHERE status = 'pending'").fetchone()  # type: ignore[misc]
+        assert left == 0
+
+
+def test_the_frontier_is_the_last_run_taken_in_claim_order(dsn: str) -> None:
+    """Across priorities the frontier is the last run in (priority DESC, run_at, id) order, and
+    a higher priority that appears later is still taken first (it is scanned from the head)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        insert(conn, ", priority, run_at|, 5, now() - g * interval '1 second'", 3)
+        insert(conn, ", priority, run_at|, 0, now() - g * interval '1 second'", 5)
+        frontier = claims.Frontier(full_every=3600.0)
+        claim_through_worker(conn, frontier, 6)
+        (last,) = conn.execute(
+            "SELECT (priority, run_at, id)::text FROM workflows WHERE status = 'running'"
+            " ORDER BY priority, run_at DESC, id DESC LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+        assert frontier.key is not None and frontier.key[0] == 0
+        assert last.endswith(f",{frontier.key[2]})")
+        insert(conn, ", priority|, 9", 1)
+        picked = claim_through_worker(conn, frontier, 2)
+        priorities = conn.execute(
+            "SELECT priority FROM workflows WHERE id = ANY(%s) ORDER BY priority DESC",
+            ([c.id for c in picked],),
+        ).fetchall()
+        assert [p for (p,) in priorities] == [9, 0]
+
+
+def test_workflow_ids_are_time_ordered(conn) -> None:
+    """Migration 0011: new runs' ids are UUIDs of version 7 whose first 48 bits are the
+    milliseconds of their insert, so a bulk submit's ids rise with it (the history's indexes
+    take new keys at their right edge)."""
+    conn.execute(
+        "INSERT INTO workflows (workflow_type, input_data)"
+        " SELECT 'plain', to_jsonb(g) FROM generate_series(1, 2000) AS g"
+    )
+    rows = conn.execute("SELECT id, created_at FROM workflows ORDER BY (input_data)::int").fetchall()
+    ids = [row[0] for row in rows]
+    assert {i.version for i in ids} == {7}
+    millis = [int.from_bytes(i.bytes[:6], "big") for i in ids]
+    assert millis == sorted(millis)
+    created = rows[0][1].timestamp() * 1000
+    assert abs(millis[0] - created) < 60_000

@@ -44,17 +44,23 @@ held AS MATERIALIZED (
     FROM limited CROSS JOIN LATERAL wfctl_claim_limited(limited.types, %(limit)s) AS g
     WHERE cardinality(limited.types) > 0
 ),
-picked AS MATERIALIZED (
-    SELECT h.id FROM held h WHERE h.id IS NOT NULL
-    UNION ALL
-    -- the worker's types without a limit: wfctl_claim_ready (migration 0009) reads the
-    -- runnable index in order, one priority at a time, only as far as the rows it takes
+in_order AS MATERIALIZED (
+    -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011) reads the
+    -- runnable index in order, one priority at a time, only as far as the rows it takes, and
+    -- at the priority of the worker's frontier (its last claim's key; NULL: from the head)
+    -- from just after that key
     SELECT f.id
     FROM wfctl_claim_ready(
         ARRAY(SELECT t FROM unnest(%(types)s::text[]) AS t
               WHERE t <> ALL ((SELECT types FROM limited)::text[])),
-        greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))::integer
+        greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))::integer,
+        %(after_priority)s::integer, %(after_run_at)s::timestamptz, %(after_id)s::uuid
     ) AS f(id)
+),
+picked AS MATERIALIZED (
+    SELECT h.id FROM held h WHERE h.id IS NOT NULL
+    UNION ALL
+    SELECT id FROM in_order
 ),
 claimed AS (
     UPDATE workflows w
@@ -88,7 +94,9 @@ claimed AS (
                   FROM workflow_steps s
                   WHERE s.workflow_id = w.id AND s.status = 'completed'
               ) END AS journal,
-              now() AS db_now, w.created_at
+              now() AS db_now, w.created_at,
+              -- the frontier's key: where in the runnable index this run was
+              w.priority, w.run_at, w.id IN (SELECT id FROM in_order) AS in_order
 ),
 opened AS (
     -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
@@ -123,7 +131,8 @@ charged AS (
 )
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: flush

@@ -32,6 +32,9 @@ class ClaimRow:
     journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
     db_now: datetime
     created_at: datetime | None  # the workflow's (None on the rate's row)
+    priority: int | None
+    run_at: datetime | None
+    in_order: bool | None  # picked by wfctl_claim_ready (not a limited type's pick)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -71,18 +74,60 @@ class Batch:
     retry_in: float | None = None
 
 
+FrontierKey = tuple[int, datetime, UUID]  # (priority, run_at, id) in the runnable index
+
+
+@dataclass
+class Frontier:
+    """Where this worker's last claim stopped in the runnable index (migration 0011).
+
+    A claimed run's index entry stays until a vacuum removes it, and a scan from the index's
+    head steps over all of them; a scan from the key of the last run this worker claimed steps
+    over only what other workers claimed since. Runs that land behind the key (a submit that
+    committed late, a run handed back with an older run_at, a claim rolled back) are found by
+    a scan from the head, which ``start`` asks for at least every ``full_every`` seconds. The
+    key lives here, not in the session, so it survives reconnects and transaction pooling."""
+
+    full_every: float = 1.0
+    key: FrontierKey | None = None
+    full_at: float | None = None  # time.monotonic() of the last scan from the head
+
+    def start(self, now: float) -> FrontierKey | None:
+        """The key the next claim starts after (None: from the head)."""
+        if self.key is None or self.full_at is None or now - self.full_at >= self.full_every:
+            return None
+        return self.key
+
+    def moved(self, rows: list[ClaimRow], after: FrontierKey | None, began: float) -> None:
+        """A claim that started after ``after`` at ``began`` returned ``rows``: advance to
+        the last run it took from the index in its order."""
+        if after is None:
+            self.full_at = began
+        keys = [
+            (row.priority, row.run_at, row.id)
+            for row in rows
+            if row.in_order and row.id is not None and row.priority is not None and row.run_at is not None
+        ]
+        if keys:
+            self.key = max(keys, key=lambda k: (-k[0], k[1], k[2].bytes))
+
+
 def claim(
     conn: psycopg.Connection[Any],
     owner: str,
     policies: dict[str, Policy],
     limit: int,
+    frontier: Frontier | None = None,
 ) -> Batch:
     """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
-    type sets when the submitter left it unset), within the types' limits. One statement, one
-    commit."""
+    type sets when the submitter left it unset), within the types' limits, the unlimited types'
+    from ``frontier`` on (None: from the head) which then moves past what was taken. One
+    statement, one commit."""
     if limit <= 0 or not policies:
         return Batch([])
     types = list(policies)
+    began = time.monotonic()
+    after = frontier.start(began) if frontier is not None else None
     params = {
         "types": types,
         "retries": [policies[t].max_retries for t in types],
@@ -90,10 +135,15 @@ def claim(
         "timeout_errors": [policies[t].timeout_error for t in types],
         "limit": limit,
         "owner": owner,
+        "after_priority": after[0] if after else None,
+        "after_run_at": after[1] if after else None,
+        "after_id": after[2] if after else None,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         rows = cur.execute(q("worker.claim"), params).fetchall()
     arrived = time.monotonic()
+    if frontier is not None:
+        frontier.moved(rows, after, began)
     hints = [row.retry_in for row in rows if row.id is None and row.retry_in is not None]
     claimed = [
         Claimed(

@@ -127,6 +127,9 @@ class Worker:
             active=lambda: not self.stopping.is_set() and self._free_slots() > 0,
         )
         self.duties.add_timer(self.poll)
+        # where the last claim stopped in the runnable index; a scan from the head at least
+        # once a poll interval finds what landed behind it (claims.Frontier)
+        self.frontier = claims.Frontier(full_every=options.poll)
         # the stale sweep: requeue the runs of workers that missed their heartbeats (after the
         # heartbeat when both are due; off while stopping, and with --no-sweep)
         self.sweep: SweepDuty | None = None
@@ -474,7 +477,7 @@ class Worker:
         self._wakeups = 0
         self.poll.ran(time.monotonic())
         try:
-            batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit)
+            batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit, self.frontier)
         except psycopg.Error as exc:
             self._refused("claim", exc)
             self._more = False

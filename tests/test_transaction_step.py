@@ -221,7 +221,9 @@ def test_a_worker_frozen_between_fence_and_commit_lets_go_of_the_row(dsn: str, w
     commit. A worker frozen there loses its transaction (and the row) after its dead_after, so
     the sweep can requeue the run; resumed, it commits nothing."""
     workers.gate.touch()
-    frozen = workers.start("--heartbeat", "1s", app=APP)  # dead after 3 s
+    # dead (and its transaction ended by the server) after 8 s: the window in which the test
+    # sees the frozen transaction hold the row, wide enough for a loaded machine
+    frozen = workers.start("--heartbeat", "1s", "--missed-beats", "8", app=APP)
     wid = wfctl.submit(dsn, "held", None)
     wait_for(lambda: inside_fn(dsn), what="fn to write and wait")
     # hold the checkpoint's INSERT back with an uncommitted row of the same key (step 1), so

@@ -17,24 +17,14 @@ import pytest
 
 from wfctl.queries import q
 from wfctl.worker import claims
-from wfctl.worker.checkpoints import Request, flush
 
 BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
     """worker.claim with $1..$9 for its named parameters, to PREPARE it as the worker does."""
-    names = [
-        "types",
-        "retries",
-        "timeouts",
-        "timeout_errors",
-        "limit",
-        "owner",
-        "after_priority",
-        "after_run_at",
-        "after_id",
-    ]
+    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner",
+             "after_priority", "after_run_at", "after_id"]
     casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text", "int", "timestamptz", "uuid"]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
@@ -275,32 +265,3 @@ def test_workflow_ids_are_time_ordered(conn) -> None:
     assert millis == sorted(millis)
     created = rows[0][1].timestamp() * 1000
     assert abs(millis[0] - created) < 60_000
-
-
-def test_the_group_commit_finds_its_rows_by_key_on_a_table_never_analyzed(dsn: str) -> None:
-    """The worker's flush (wfctl/worker/checkpoints.py), prepared in a session set up as the
-    worker's (generic plans, built at the first execution, on a table never analyzed): its join
-    of the batch to workflows is primary-key lookups, not a hash join over a sequential scan of
-    the table (which it was before worker.session_setup turned hash and merge joins off)."""
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
-        conn.execute(q("worker.session_setup"))
-        insert(conn, ", status, lease_owner, lease_epoch|, 'running', 'me', 1", 2_000)
-        runs = conn.execute("SELECT id, created_at FROM workflows LIMIT 8").fetchall()
-        for step in (1, 2, 3):
-            before = conn.execute(
-                "SELECT pg_stat_get_xact_numscans('workflows'::regclass),"
-                " pg_stat_get_xact_tuples_returned('workflows'::regclass)"
-            ).fetchone()
-            batch = [
-                Request(wid, 1, "step", 1, step=step, name="s", output="1", created_at=created)
-                for wid, created in runs
-            ]
-            conn.execute("BEGIN")
-            flush(conn, batch)
-            after = conn.execute(
-                "SELECT pg_stat_get_xact_numscans('workflows'::regclass),"
-                " pg_stat_get_xact_tuples_returned('workflows'::regclass)"
-            ).fetchone()
-            conn.execute("COMMIT")
-            assert all(r.ok for r in batch)
-            assert after == before, (step, before, after)  # no sequential scan, no row read by one

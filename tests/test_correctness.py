@@ -179,10 +179,6 @@ def running_row(conn: psycopg.Connection, epoch: int, current_step: int = 0) -> 
 
 
 def sent(conn: psycopg.Connection, *batch: Request) -> list[bool]:
-    for r in batch:  # as the worker's requests carry it, from the claim
-        (r.created_at,) = conn.execute(
-            "SELECT created_at FROM workflows WHERE id = %s", (r.workflow_id,)
-        ).fetchone()
     flush(conn, list(batch))
     return [r.ok for r in batch]
 

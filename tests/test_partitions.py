@@ -21,8 +21,6 @@ from test_schema import reference_queries
 
 import wfctl
 from wfctl import control, partitions
-from wfctl.queries import q
-from wfctl.worker.checkpoints import Request, flush
 
 OLD = "now() - interval '40 days'"
 
@@ -236,59 +234,6 @@ def test_the_success_rate_query_reads_only_the_partitions_of_its_window(pdsn):
     for other in reference_queries():
         with psycopg.connect(pdsn, autocommit=True) as conn:
             conn.execute(other).fetchall()  # the other two run unchanged
-
-
-def partition_scans(conn: psycopg.Connection) -> dict[str, int]:
-    """Scans (sequential and index) of each partition of workflows so far in this session."""
-    return dict(
-        conn.execute(
-            "SELECT i.inhrelid::regclass::text, pg_stat_get_xact_numscans(i.inhrelid)"
-            " + (SELECT coalesce(sum(pg_stat_get_xact_numscans(x.indexrelid)), 0)"
-            " FROM pg_index x WHERE x.indrelid = i.inhrelid)"
-            " FROM pg_inherits i WHERE i.inhparent = 'workflows'::regclass"
-        ).fetchall()
-    )
-
-
-def test_the_group_commit_reads_only_its_workflows_partitions(pdsn):
-    """The hot path in this layout: the worker's flush (prepared, generic plan, as the worker
-    runs it) finds each workflow by id and created_at, so its lookups skip every other
-    partition (run-time pruning); counted by the scans of each partition (sequential or index)
-    in the flush's transaction. Without created_at each lookup probed all of them."""
-    old_partitions(pdsn, 10, 5, 3, 2, 1)
-    with psycopg.connect(pdsn, autocommit=True, prepare_threshold=0) as conn:
-        conn.execute(q("worker.session_setup"))  # as the worker's session
-        wids = [
-            conn.execute(
-                "INSERT INTO workflows (workflow_type, status, lease_owner, lease_epoch, created_at)"
-                f" VALUES ('three', 'running', 'me', 1, {created}) RETURNING id, created_at"
-            ).fetchone()
-            for created in ("now()", "now() - interval '3 days'")
-        ]
-        # a day's worth of runs in today's partition (the plan is built on what is there: over
-        # empty partitions a hash join of everything costs nothing either)
-        conn.execute(
-            "INSERT INTO workflows (workflow_type, status, lease_owner, lease_epoch)"
-            " SELECT 'three', 'completed', 'me', 1 FROM generate_series(1, 2000)"
-        )
-        (partitions,) = conn.execute(
-            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'workflows'::regclass"
-        ).fetchone()
-        assert partitions >= 10
-        for step in (1, 2, 3):  # the first executions build the generic plan
-            conn.execute("BEGIN")
-            before = partition_scans(conn)
-            batch = [
-                Request(wid, 1, "step", 1, step=step, name=f"s{step}", output="1", created_at=created)
-                for wid, created in wids
-            ]
-            flush(conn, batch)
-            after = partition_scans(conn)
-            conn.execute("COMMIT")
-            assert all(r.ok for r in batch)
-            scanned = sorted(name for name in after if after[name] > before[name])
-            assert len(scanned) == 2, (step, scanned)  # today's partition and the one 3 days ago
-        assert rows(pdsn, "SELECT count(*) FROM workflow_steps") == [(6,)]
 
 
 def test_a_missing_partition_is_made_and_its_rows_leave_the_default_partition(pdsn, workers):

@@ -1,4 +1,4 @@
--- wfctl schema, version 11: costs that stay flat as history, claims and partitions pile up.
+-- wfctl schema, version 11: costs that stay flat as history and claims pile up.
 --
 -- 1. Time-ordered workflow ids. wfctl_new_id() returns a UUID of version 7 (RFC 9562): the
 --    first 48 bits are the milliseconds since 1970 from clock_timestamp(), then the version
@@ -25,15 +25,6 @@
 --    back by recovery with an older run_at) are taken by the worker's scan from the head, which
 --    it makes at least once a second (docs/architecture.md, "The claim's frontier"). Without a
 --    key (NULL) the function scans from the head, as in version 9.
---
--- 3. Writes that name the workflow's partition. The worker's group commit (worker.flush) finds
---    each workflow by id and created_at (from its claim), and its attempt row by
---    workflow_created_at too: in the partitioned layout each row's lookup then reads one
---    partition instead of every one (run-time pruning of the parameterized scan). For that
---    created_at must never be NULL: the partitioned layout's key is NOT NULL already; here the
---    unpartitioned layout's becomes NOT NULL, rows inserted with an explicit NULL (never by
---    wfctl, whose inserts take the default now()) getting their updated_at, else now(). Open
---    attempt rows written before version 10 get their workflow's created_at.
 --
 -- Ids: the partitioned layout (0010) keeps the default, as its conversion copies defaults.
 
@@ -82,12 +73,6 @@ BEGIN
         ORDER BY n.ord);
 END;
 $$;
-
-UPDATE workflows SET created_at = coalesce(updated_at, now()) WHERE created_at IS NULL;
-ALTER TABLE workflows ALTER COLUMN created_at SET NOT NULL;
-UPDATE workflow_attempts wa SET workflow_created_at = w.created_at
-FROM workflows w
-WHERE wa.workflow_created_at IS NULL AND wa.ended_at IS NULL AND w.id = wa.workflow_id;
 
 DROP INDEX workflows_runnable_idx;
 CREATE INDEX workflows_runnable_idx ON workflows (priority DESC, run_at, id)

@@ -136,8 +136,7 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: flush
--- Group commit: the writes of many workflows in one statement, hence one commit. Each row names
--- its workflow by id and created_at (which the claim returned): see the UPDATE below. It knows no
+-- Group commit: the writes of many workflows in one statement, hence one commit. It knows no
 -- kinds of write: each input row carries the values it sets (wfctl/worker/checkpoints.py
 -- turns a checkpoint, park, completion, failure or release into them), with NULL or a false
 -- flag for "keep", and the step row it writes, if any. Every part is keyed by (id, epoch) and
@@ -152,15 +151,14 @@ FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 -- same epoch, already shows its effect (status, attempt and, if set, run_at).
 WITH r AS (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(created)s::timestamptz[],
-                %(require)s::text[], %(expects)s::int[],
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],
                 %(statuses)s::text[], %(current)s::int[], %(do_output)s::bool[],
                 %(results)s::jsonb[], %(do_error)s::bool[], %(errors)s::text[],
                 %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
                 %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
                 %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
-         AS t(id, epoch, created_at, require_status, expect, set_status, set_step, do_output, set_output,
+         AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
               do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
               step_status, output, started, step_error, set_traceback, outcome)
 ),
@@ -179,10 +177,6 @@ w AS (
         updated_at = now()
     FROM r
     WHERE wf.id = r.id
-      -- the workflow's created_at, from its claim: in the partitioned layout (0010) the join
-      -- key that lets each row's lookup skip every other partition (run-time pruning of the
-      -- parameterized scan); in both layouts a column that never changes (NOT NULL, 0011)
-      AND wf.created_at = r.created_at
       AND wf.lease_epoch = r.epoch
       -- a condition on r's own column: the planner finds rows by id (primary key), not by a
       -- status index, even when the table's statistics are stale
@@ -199,7 +193,6 @@ a AS (
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
     WHERE r.outcome IS NOT NULL
       AND wa.workflow_id = r.id AND wa.lease_epoch = r.epoch AND wa.ended_at IS NULL
-      AND wa.workflow_created_at = r.created_at  -- as above (set by the claim; 0011 fills in older open rows)
 ),
 s AS (
     -- workflow_created_at: the partition key of the partitioned layout (migration 0010); the
@@ -312,16 +305,7 @@ FROM (
 -- The worker's statements run thousands of times with small arrays: plan them once (a generic
 -- plan) instead of re-planning each execution. Session-level, so not sent through a
 -- transaction pooler (--no-listen), where statements are not prepared anyway.
--- Every one of them finds its rows by key, a few dozen at a time, so no hash or merge join:
--- a generic plan is built once, at the session's first execution, on whatever the statistics
--- say then, and on a table not yet analyzed (a fresh database, today's partition) the flush's
--- join of its rows to workflows came out as a hash join over a sequential scan of the whole
--- table, kept for the session (tests/test_partitions.py and tests/test_claim_plan.py count what
--- the flush reads). With these off the join is a nested loop of primary-key lookups, which in
--- the partitioned layout also skips every partition but the row's own.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', false),
-       set_config('enable_hashjoin', 'off', false),
-       set_config('enable_mergejoin', 'off', false);
+SET plan_cache_mode = force_generic_plan;
 
 -- name: recv
 -- ctx.recv (wfctl/worker/calls.py): one function call, migration 0006.

@@ -28,7 +28,6 @@ class Request:
     __slots__ = (
         "_done",
         "attempt",
-        "created_at",
         "delay",
         "epoch",
         "error",
@@ -65,13 +64,11 @@ class Request:
         delay: float | None = None,  # seconds of backoff, for a non-final 'fail'
         wake: datetime | None = None,  # for 'park'
         expect: int | None = None,  # for 'complete': the last step the run checkpointed
-        created_at: datetime | None = None,  # the workflow's (None: the statement looks it up)
     ) -> None:
         self.workflow_id, self.epoch, self.kind, self.attempt = workflow_id, epoch, kind, attempt
         self.step, self.name, self.output, self.started = step, name, output, started
         self.result = result
         self.expect = expect
-        self.created_at = created_at
         self.error, self.traceback = error, traceback
         self.final, self.delay, self.wake = final, delay, wake
         self.ok = False
@@ -163,7 +160,6 @@ class Target:
     workflow_id: UUID
     epoch: int
     attempt: int
-    created_at: datetime | None = None  # the workflow's (None: the statement looks it up)
     require_status: str = RUNNING
     expect: int | None = None  # current_step must equal this (a completion's last checkpoint)
     status: str | None = None
@@ -198,7 +194,7 @@ def target(group: tuple[Request, ...]) -> Target:
     """The values one merged group of requests sets (see ``merge``): one request, or an
     execution's checkpoint followed by its completion."""
     first, last = group[0], group[-1]
-    t = Target(first.workflow_id, first.epoch, first.attempt, first.created_at)
+    t = Target(first.workflow_id, first.epoch, first.attempt)
     kind = last.kind
     if first.kind == "step":  # a checkpoint, alone or carrying its completion
         _step_row(t, first)
@@ -236,13 +232,9 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     psycopg's generic list adaptation costs a Python-level pass per element and per list."""
     groups = merge(batch)
     rows = [target(g) for g in groups]
-    missing = [t.workflow_id for t in rows if t.created_at is None]
-    if missing:  # a programming error: the statement finds each row by (id, created_at)
-        raise ValueError(f"a write without its workflow's created_at: {', '.join(map(str, missing[:3]))}")
     params = {
         "ids": _array([t.workflow_id for t in rows]),
         "epochs": _array([t.epoch for t in rows]),
-        "created": _array([t.created_at for t in rows]),
         "require": _text_array([t.require_status for t in rows]),
         "expects": _array([t.expect for t in rows]),
         "statuses": _text_array([t.status for t in rows]),

@@ -64,7 +64,6 @@ class Claimed:
     # that follows the database's and that no step of the worker's wall clock can move
     deadline_at: datetime | None = None  # past it, the run fails at its next step boundary
     deadline_error: str | None = None
-    created_at: datetime | None = None  # the workflow's: its partition's key, which its writes name
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,6 @@ def claim(
             claimed_at=arrived,
             deadline_at=row.deadline_at,
             deadline_error=row.deadline_error,
-            created_at=row.created_at,
         )
         for row in rows
         if row.id is not None

@@ -302,8 +302,10 @@ class Cron(threading.Thread):
             started = time.monotonic()
             result = wfctl_command("recover", "--stale", self.opts.stale, "--json", env=self.env, timeout=120)
             requeued: list[dict[str, Any]] = []
-            if result.exit_code == 0:
-                requeued = json.loads(result.stdout or "[]")
+            # a recover that lost the database after its requeue committed still prints what
+            # it requeued (and exits 4)
+            if result.exit_code == 0 or result.stdout.strip():
+                requeued = [r for r in json.loads(result.stdout or "[]") if r.get("action") == "recovered"]
             with self.lock:
                 self.runs.append(
                     RecoverRun(started, time.monotonic(), result.exit_code, requeued, result.stderr)

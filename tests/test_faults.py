@@ -222,3 +222,34 @@ def test_claimed_ahead_run_whose_lease_was_taken_is_not_started(workers, dsn):
     assert counts(workers.effects(), b) == {"one": 1, "two": 1, "three": 1}, (
         "b's first step ran on the worker that had lost its lease before starting it"
     )
+
+
+@pytest.mark.parametrize("json_output", [True, False])
+def test_a_recover_that_loses_the_database_after_its_requeue_says_what_it_requeued(
+    cli, dsn, monkeypatch, json_output
+):
+    """The requeue is its own statement, committed; the deadline pass after it can meet a lost
+    connection (the database restarted in between: the chaos run met it). The recover still
+    prints the runs it requeued, then the error, exit 4: an operator (and cron's log) learns
+    what was done."""
+    from wfctl import recovery
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = make_running(conn, "gone:1:a", "10 minutes", [(1, 1, 0), (2, 1, 1)])
+    real_expire = recovery.expire
+
+    def cut_then_expire(conn: psycopg.Connection) -> list[recovery.Expired]:
+        with psycopg.connect(dsn, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        return real_expire(conn)
+
+    monkeypatch.setattr(recovery, "expire", cut_then_expire)
+    result = cli("recover", "--stale", "1m", "--dsn", dsn, *(["--json"] if json_output else []))
+    assert result.exit_code == 4, result
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("wfctl: "), result.stderr
+    if json_output:
+        reported = [r["id"] for r in json.loads(result.stdout) if r["action"] == "recovered"]
+    else:
+        reported = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("requeued ")]
+    assert sorted(reported) == sorted(ids)
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE status = 'pending'") == [(2,)]

@@ -5,6 +5,7 @@ runs whose deadline passed (``expire``), which both do too."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -94,7 +95,11 @@ def _requeue(
     if any(r.id is None for r in rows):  # the sweep lock was taken: another worker sweeps
         return None
     if rows and not dry_run:
-        conn.execute(q("recovery.notify"))
+        # the requeue is committed: a wake-up that cannot be sent (the connection lost just
+        # now) must not hide what was done; idle workers find the runs at their next poll, and
+        # the caller's next statement meets the lost connection
+        with contextlib.suppress(psycopg.OperationalError):
+            conn.execute(q("recovery.notify"))
     return rows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import psycopg
 import typer
 
 from wfctl import recovery, validate, words
@@ -179,14 +180,27 @@ def recover(
     sweep, the deadline duty); this is for cron and for deployments without long-lived workers."""
     session = Session.create(dsn, config, json)
     threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
+    expired: list[recovery.Expired] = []
     with session.connect() as conn:
         if not force:
             recovery.check_threshold(conn, threshold)
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
-        if dry_run:
-            expired = recovery.expire_due(conn, [r.id for r in rows if r.status == words.PENDING])
-        else:
-            expired = recovery.expire(conn)  # after the requeue: a requeued run past its deadline too
+        try:
+            if dry_run:
+                expired = recovery.expire_due(conn, [r.id for r in rows if r.status == words.PENDING])
+            else:
+                expired = recovery.expire(conn)  # after the requeue: a requeued run past its deadline too
+        except psycopg.Error:
+            # the requeue is committed (its own statement): say what it did before the error
+            # (the connection lost, the exit code 4) is reported
+            _report_recovered(session, rows, [], dry_run)
+            raise
+    _report_recovered(session, rows, expired, dry_run)
+
+
+def _report_recovered(
+    session: Session, rows: list[recovery.Recovered], expired: list[recovery.Expired], dry_run: bool
+) -> None:
     if session.json:
         render.print_json(
             [{"action": "recovered", **r.__dict__, "dry_run": dry_run} for r in rows]

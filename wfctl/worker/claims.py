@@ -75,6 +75,8 @@ class Batch:
 
 
 FrontierKey = tuple[int, datetime, UUID]  # (priority, run_at, id) in the runnable index
+#: Seconds between a worker's claims from the head of the runnable index, at most.
+FULL_SCAN_EVERY = 1.0
 
 
 @dataclass

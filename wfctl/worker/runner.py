@@ -128,8 +128,9 @@ class Worker:
         )
         self.duties.add_timer(self.poll)
         # where the last claim stopped in the runnable index; a scan from the head at least
-        # once a poll interval finds what landed behind it (claims.Frontier)
-        self.frontier = claims.Frontier(full_every=options.poll)
+        # once a second (or poll interval, if shorter) finds what landed behind it
+        # (claims.Frontier): a claim after a second of quiet scans from the head anyway
+        self.frontier = claims.Frontier(full_every=min(options.poll, claims.FULL_SCAN_EVERY))
         # the stale sweep: requeue the runs of workers that missed their heartbeats (after the
         # heartbeat when both are due; off while stopping, and with --no-sweep)
         self.sweep: SweepDuty | None = None

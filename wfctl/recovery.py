@@ -5,7 +5,6 @@ runs whose deadline passed (``expire``), which both do too."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +14,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
+from wfctl.connection import connection_lost
 from wfctl.durations import as_seconds, format_minimum
 from wfctl.errors import InvalidInput
 from wfctl.queries import q
@@ -98,8 +98,11 @@ def _requeue(
         # the requeue is committed: a wake-up that cannot be sent (the connection lost just
         # now) must not hide what was done; idle workers find the runs at their next poll, and
         # the caller's next statement meets the lost connection
-        with contextlib.suppress(psycopg.OperationalError):
+        try:
             conn.execute(q("recovery.notify"))
+        except psycopg.OperationalError as exc:
+            if not connection_lost(conn, exc):
+                raise
     return rows
 
 

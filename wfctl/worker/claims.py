@@ -90,13 +90,13 @@ class Frontier:
     a scan from the head, which ``start`` asks for at least every ``full_every`` seconds. The
     key lives here, not in the session, so it survives reconnects and transaction pooling."""
 
-    full_every: float = 1.0
+    full_every: float = FULL_SCAN_EVERY
     key: FrontierKey | None = None
-    full_at: float | None = None  # time.monotonic() of the last scan from the head
+    full_at: float = float("-inf")  # time.monotonic() of the last scan from the head
 
     def start(self, now: float) -> FrontierKey | None:
         """The key the next claim starts after (None: from the head)."""
-        if self.key is None or self.full_at is None or now - self.full_at >= self.full_every:
+        if self.key is None or now - self.full_at >= self.full_every:
             return None
         return self.key
 
@@ -111,7 +111,8 @@ class Frontier:
             if row.in_order and row.id is not None and row.priority is not None and row.run_at is not None
         ]
         if keys:
-            self.key = max(keys, key=lambda k: (-k[0], k[1], k[2].bytes))
+            # claim order: priority DESC, run_at, id (uuids compare as PostgreSQL's do)
+            self.key = max(keys, key=lambda k: (-k[0], k[1], k[2]))
 
 
 def claim(

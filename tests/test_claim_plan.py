@@ -23,8 +23,17 @@ BATCH = 32
 
 def claim_sql_with_placeholders() -> str:
     """worker.claim with $1..$9 for its named parameters, to PREPARE it as the worker does."""
-    names = ["types", "retries", "timeouts", "timeout_errors", "limit", "owner",
-             "after_priority", "after_run_at", "after_id"]
+    names = [
+        "types",
+        "retries",
+        "timeouts",
+        "timeout_errors",
+        "limit",
+        "owner",
+        "after_priority",
+        "after_run_at",
+        "after_id",
+    ]
     casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text", "int", "timestamptz", "uuid"]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
@@ -181,7 +190,10 @@ def test_a_claim_from_the_frontier_does_not_step_over_runs_claimed_before(dsn: s
     least once a poll interval, still reads them."""
     with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as old:
         insert(conn, "", 3_000)
-        old.execute("SELECT 1")  # a transaction whose snapshot predates the claims below
+        # a transaction whose snapshot predates the claims below and is held until its end
+        # (REPEATABLE READ: under READ COMMITTED an idle transaction holds none)
+        old.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        old.execute("SELECT 1")
         frontier = claims.Frontier(full_every=3600.0)
         taken = 0
         while taken < 2_000:

@@ -236,6 +236,18 @@ def test_the_success_rate_query_reads_only_the_partitions_of_its_window(pdsn):
             conn.execute(other).fetchall()  # the other two run unchanged
 
 
+def test_stats_runs_in_this_layout(cli, pdsn):
+    """`wfctl stats` groups runs by their primary key, which is (id, created_at) here: grouped
+    by id alone the success-rate query was refused ("must appear in the GROUP BY clause")."""
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        finished_workflow(conn, "now()")
+        finished_workflow(conn, "now()", status="failed")
+    result = cli("stats", "--since", "24h", "--json", "--dsn", pdsn)
+    assert result.exit_code == 0, result.stderr
+    (row,) = json.loads(result.stdout)["success_rate"]
+    assert (row["workflow_type"], row["total"], row["completed"], row["failed"]) == ("three", 2, 1, 1)
+
+
 def test_a_missing_partition_is_made_and_its_rows_leave_the_default_partition(pdsn, workers):
     with psycopg.connect(pdsn, autocommit=True) as conn:
         # a run created 20 days ahead (a clock skewed client): no partition yet, so the default

@@ -73,7 +73,9 @@ FROM (
           AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
     WHERE w.created_at > now() - %(since)s::interval
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
-    GROUP BY w.id
+    -- the primary key: (id) in the unpartitioned layout, (id, created_at) in the partitioned
+    -- one (migration 0010), so the columns above depend on it in both
+    GROUP BY w.id, w.created_at
 ) AS windowed
 GROUP BY workflow_type
 ORDER BY total DESC, workflow_type;

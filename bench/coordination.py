@@ -300,6 +300,7 @@ def explain_claim(dsn: str, types: list[str]) -> tuple[int | None, float | None]
         "after_priority": None,
         "after_run_at": None,
         "after_id": None,
+        "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
     }
     statement = sql.SQL(SQL["explain"]).format(query=sql.SQL(q("worker.claim")))  # type: ignore[arg-type]
     plans = []

@@ -16,6 +16,14 @@ SELECT 'noop3', jsonb_build_object('steps', %(steps)s::int) FROM generate_series
 -- name: completed
 SELECT count(*) FILTER (WHERE status = 'completed') AS completed, count(*) AS total FROM workflows;
 
+-- name: db_now
+SELECT now();
+
+-- name: completed_since
+-- The warm protocol's clock: the runs of the timed batch (created from %(since)s on) that have
+-- completed; planned with the value, so the partitioned layout reads its newest partitions only.
+SELECT count(*) FROM workflows WHERE created_at >= %(since)s AND status = 'completed';
+
 -- name: generate_workflows
 -- History for the prune phase: finished runs created over span whole days (midnight UTC to
 -- midnight UTC) from the day 40 days ago, one chunk of ids [lo, hi) of n at a time (created_at

@@ -399,6 +399,7 @@ def worker_params() -> dict[str, Any]:
         "after_priority": None,
         "after_run_at": None,
         "after_id": None,
+        "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
     }
 
 

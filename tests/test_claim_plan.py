@@ -22,7 +22,7 @@ BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$9 for its named parameters, to PREPARE it as the worker does."""
+    """worker.claim with $1..$10 for its named parameters, to PREPARE it as the worker does."""
     names = [
         "types",
         "retries",
@@ -33,8 +33,20 @@ def claim_sql_with_placeholders() -> str:
         "after_priority",
         "after_run_at",
         "after_id",
+        "floor",
     ]
-    casts = ["text[]", "int[]", "float8[]", "text[]", "int", "text", "int", "timestamptz", "uuid"]
+    casts = [
+        "text[]",
+        "int[]",
+        "float8[]",
+        "text[]",
+        "int",
+        "text",
+        "int",
+        "timestamptz",
+        "uuid",
+        "timestamptz",
+    ]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
         text = text.replace(f"%({name})s", f"${number}::{cast}")
@@ -75,7 +87,7 @@ def claim(
             psycopg.ClientCursor(conn)
             .execute(  # EXECUTE takes no bound parameters
                 "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1',"
-                " NULL, NULL, NULL)",
+                " NULL, NULL, NULL, NULL)",
                 (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH),
             )
             .fetchall()

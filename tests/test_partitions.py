@@ -21,6 +21,8 @@ from test_schema import reference_queries
 
 import wfctl
 from wfctl import control, partitions
+from wfctl.queries import q
+from wfctl.worker import checkpoints, claims
 
 OLD = "now() - interval '40 days'"
 
@@ -110,6 +112,93 @@ def test_the_engine_runs_and_step_rows_carry_the_partition_key(pdsn, workers):
     )
     assert mismatched == [(0,), (0,)]
     assert rows(pdsn, "SELECT count(*) FROM workflow_steps WHERE workflow_id = %s", wid) == [(3,)]
+
+
+def partition_of(conn: psycopg.Connection, table: str, days_ago: int) -> str:
+    """``table``'s partition that holds runs created ``days_ago``."""
+    (name,) = conn.execute(  # type: ignore[misc]
+        "SELECT partition FROM wfctl_partitions() WHERE parent = %s"
+        " AND now() - make_interval(days => %s) >= range_start"
+        " AND now() - make_interval(days => %s) < range_end",
+        (table, days_ago, days_ago),
+    ).fetchone()
+    return name
+
+
+def runnable_index(conn: psycopg.Connection, partition: str) -> str:
+    (name,) = conn.execute(  # type: ignore[misc]
+        "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = %s::regclass"
+        " AND pg_get_indexdef(indexrelid) LIKE '%%(priority DESC, run_at, id)%%'",
+        (partition,),
+    ).fetchone()
+    return name
+
+
+def scans(conn: psycopg.Connection, *relations: str) -> list[int]:
+    """Scans of each relation in the current transaction so far: of an index, its index scans;
+    of a table, its sequential scans and the index scans of all its indexes."""
+    query = (
+        "SELECT pg_stat_get_xact_numscans(%(r)s::regclass)"
+        " + coalesce((SELECT sum(pg_stat_get_xact_numscans(indexrelid)) FROM pg_index"
+        "             WHERE indrelid = %(r)s::regclass), 0)"
+    )
+    return [int(conn.execute(query, {"r": r}).fetchone()[0]) for r in relations]  # type: ignore[index]
+
+
+def test_the_hot_path_leaves_the_partitions_of_older_runs_unopened(pdsn):
+    """Migration 0012: between its scans from the head, a worker's claim reads only the runs
+    created from its floor on (the oldest its last scan from the head took), and the group
+    commit finds its rows by their created_at too, so neither opens an older partition's
+    index; an old run made runnable again is taken by the next scan from the head, which
+    lowers the floor. Measured on the indexes of a partition 5 days old, with the worker's
+    generic plans."""
+    old_partitions(pdsn, 5)
+    policy = {"plain": claims.Policy(3)}
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        conn.execute(q("worker.session_setup"))
+        runnable = runnable_index(conn, partition_of(conn, "workflows", 5))
+        old_tables = [partition_of(conn, t, 5) for t in ("workflows", "workflow_attempts")]
+        new_table = partition_of(conn, "workflows", 0)
+        conn.execute("INSERT INTO workflows (workflow_type) SELECT 'plain' FROM generate_series(1, 40)")
+        frontier = claims.Frontier(full_every=3600.0, bounded=True)
+        first = claims.claim(conn, "w1", policy, 32, frontier).claimed  # from the head
+        assert len(first) == 32 and frontier.floor == min(c.created_at for c in first)
+        (old_id, old_created) = conn.execute(
+            "INSERT INTO workflows (workflow_type, created_at) VALUES ('plain', now() - interval '5 days')"
+            " RETURNING id, created_at"
+        ).fetchone()
+
+        with conn.transaction():
+            before = scans(conn, runnable)
+            second = claims.claim(conn, "w1", policy, 32, frontier).claimed
+            assert scans(conn, runnable) == before, "the claim opened the old partition's runnable index"
+        assert len(second) == 8 and old_id not in {c.id for c in second}
+
+        done = first[0]
+        request = checkpoints.Request(
+            done.id, done.epoch, "complete", done.attempt, done.created_at, expect=0
+        )
+        with conn.transaction():
+            before = scans(conn, *old_tables, new_table)
+            checkpoints.flush(conn, [request])
+            after = scans(conn, *old_tables, new_table)
+        assert request.ok
+        assert after[:2] == before[:2], "the group commit read the old partitions"
+        assert after[2] > before[2], "the measure's premise: the run's own partition is read"
+
+        frontier.full_every = 0.0  # a second has passed: the next claim scans from the head
+        with conn.transaction():
+            before = scans(conn, runnable)
+            third = claims.claim(conn, "w1", policy, 32, frontier).claimed
+            assert scans(conn, runnable) > before
+        assert [c.id for c in third] == [old_id] and frontier.floor == old_created
+        assert partitions.ensure(conn).partitioned
+
+
+def test_an_unpartitioned_worker_claims_without_a_floor(dsn):
+    """The floor is the partitioned layout's: the worker's duty leaves it off elsewhere."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert not partitions.ensure(conn).partitioned
 
 
 def test_one_key_gives_one_row_under_concurrent_submits(pdsn):

@@ -63,6 +63,7 @@ class Ensured:
     created: int  # intervals created now
     moved: int  # rows moved out of the default partitions into them
     busy: bool  # another session was creating them
+    partitioned: bool  # the layout
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def ensure(conn: psycopg.Connection[Any]) -> Ensured:
     with conn.transaction():
         row = conn.execute(q("partitions.ensure")).fetchone()
     assert row is not None
-    return Ensured(int(row[0]), int(row[1]), bool(row[2]))
+    return Ensured(int(row[0]), int(row[1]), bool(row[2]), bool(row[3]))
 
 
 def prune(

@@ -16,8 +16,10 @@ FROM wfctl_partition_convert(make_interval(days => %(days)s), %(ahead)s);
 ANALYZE workflows, workflow_steps, workflow_attempts;
 
 -- name: ensure
--- Partitions up to the setting's intervals ahead (a worker duty, init, prune).
-SELECT created, moved, busy FROM wfctl_ensure_partitions();
+-- Partitions up to the setting's intervals ahead (a worker duty, init, prune), and whether the
+-- layout is the partitioned one (the worker's claims then take a floor: wfctl/worker/claims.py).
+SELECT created, moved, busy, wfctl_layout() = 'partitioned' AS partitioned
+FROM wfctl_ensure_partitions();
 
 -- name: cutoff
 SELECT now() - make_interval(secs => %(older_than)s::float8) AS cutoff;

@@ -48,19 +48,22 @@ in_order AS MATERIALIZED (
     -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011) reads the
     -- runnable index in order, one priority at a time, only as far as the rows it takes, and
     -- at the priority of the worker's frontier (its last claim's key; NULL: from the head)
-    -- from just after that key
-    SELECT f.id
+    -- from just after that key; between scans from the head, in the partitioned layout, only
+    -- the runs created from the frontier's floor on (migration 0012; NULL: all)
+    SELECT f.id, f.created_at
     FROM wfctl_claim_ready(
         ARRAY(SELECT t FROM unnest(%(types)s::text[]) AS t
               WHERE t <> ALL ((SELECT types FROM limited)::text[])),
         greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))::integer,
-        %(after_priority)s::integer, %(after_run_at)s::timestamptz, %(after_id)s::uuid
-    ) AS f(id)
+        %(after_priority)s::integer, %(after_run_at)s::timestamptz, %(after_id)s::uuid,
+        %(floor)s::timestamptz
+    ) AS f(id, created_at)
 ),
 picked AS MATERIALIZED (
-    SELECT h.id FROM held h WHERE h.id IS NOT NULL
+    -- a limited type's pick comes without its created_at (NULL)
+    SELECT h.id, NULL::timestamptz AS created_at FROM held h WHERE h.id IS NOT NULL
     UNION ALL
-    SELECT id FROM in_order
+    SELECT id, created_at FROM in_order
 ),
 claimed AS (
     UPDATE workflows w
@@ -85,6 +88,11 @@ claimed AS (
     FROM unnest(%(types)s::text[], %(retries)s::int[], %(timeouts)s::float8[],
                 %(timeout_errors)s::text[]) AS p(workflow_type, max_retries, timeout, timeout_error)
     WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
+      -- the oldest picked run's created_at (the partition key of the partitioned layout,
+      -- migration 0010): the partitions older than it are not read (migration 0012)
+      AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(created_at)
+                                       ELSE '-infinity' END
+                           FROM picked)
       AND p.workflow_type = w.workflow_type
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
               w.current_step, w.deadline_at, w.deadline_error,
@@ -145,54 +153,29 @@ FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
+-- The writes of workflows and workflow_attempts are wfctl_flush_runs' (migration 0012), which
+-- finds each row by its key and its workflow's created_at (the partition key of the
+-- partitioned layout) with a plan of index probes whatever the statistics say; it returns the
+-- rows it wrote (written) and those an earlier send of the same request had applied already.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
 -- same epoch, already shows its effect (status, attempt and, if set, run_at).
-WITH r AS (
+WITH w AS MATERIALIZED (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],
-                %(statuses)s::text[], %(current)s::int[], %(do_output)s::bool[],
-                %(results)s::jsonb[], %(do_error)s::bool[], %(errors)s::text[],
-                %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
-                %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
-                %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
-                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
-         AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
-              do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
-              step_status, output, started, step_error, set_traceback, outcome)
+    FROM wfctl_flush_runs(%(ids)s::uuid[], %(epochs)s::bigint[], %(created)s::timestamptz[],
+                          %(require)s::text[], %(expects)s::int[], %(statuses)s::text[],
+                          %(current)s::int[], %(do_output)s::bool[], %(results)s::jsonb[],
+                          %(do_error)s::bool[], %(errors)s::text[], %(tracebacks)s::text[],
+                          %(attempt_inc)s::int[], %(attempts)s::int[], %(run_at)s::timestamptz[],
+                          %(delays)s::float8[], %(finish)s::bool[], %(outcomes)s::text[])
 ),
-w AS (
-    UPDATE workflows wf
-    SET status = coalesce(r.set_status, wf.status),
-        current_step = coalesce(r.set_step, wf.current_step),
-        output_data = CASE WHEN r.do_output THEN r.set_output ELSE wf.output_data END,
-        error_message = CASE WHEN r.do_error THEN r.set_error ELSE wf.error_message END,
-        error_traceback = CASE WHEN r.do_error THEN r.set_traceback ELSE wf.error_traceback END,
-        attempt = wf.attempt + r.attempt_inc,
-        run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
-                      ELSE coalesce(r.run_at, wf.run_at) END,
-        finished_at = CASE WHEN r.finish THEN now() ELSE wf.finished_at END,
-        wait_kind = CASE WHEN r.outcome = 'parked' THEN 'sleep' ELSE wf.wait_kind END,
-        updated_at = now()
-    FROM r
-    WHERE wf.id = r.id
-      AND wf.lease_epoch = r.epoch
-      -- a condition on r's own column: the planner finds rows by id (primary key), not by a
-      -- status index, even when the table's statistics are stale
-      AND wf.status = r.require_status
-      AND (r.expect IS NULL OR wf.current_step = r.expect)
-    RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
-),
-a AS (
-    -- the execution ends (outcome set): close its row in the attempt history
-    UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = r.outcome, last_step = w.current_step,
-        error = r.set_error, traceback = r.set_traceback
-    FROM r
-    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
-    WHERE r.outcome IS NOT NULL
-      AND wa.workflow_id = r.id AND wa.lease_epoch = r.epoch AND wa.ended_at IS NULL
+r AS (
+    SELECT *
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(attempts)s::int[], %(steps)s::int[],
+                %(names)s::text[], %(step_status)s::text[], %(outputs)s::jsonb[],
+                %(started)s::timestamptz[], %(step_errors)s::text[])
+         AS t(id, epoch, attempt, step, name, step_status, output, started, step_error)
 ),
 s AS (
     -- workflow_created_at: the partition key of the partitioned layout (migration 0010); the
@@ -203,7 +186,7 @@ s AS (
     SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, now(), r.step_error,
            r.attempt, r.epoch, w.created_at
     FROM r
-    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
+    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch AND w.written
     WHERE r.step IS NOT NULL
     ON CONFLICT ON CONSTRAINT workflow_steps_workflow_id_step_number_key DO UPDATE
     SET step_name = excluded.step_name, status = excluded.status,
@@ -214,16 +197,8 @@ s AS (
     RETURNING ws.workflow_id, ws.lease_epoch
 )
 SELECT r.id, r.epoch,
-       CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
-            ELSE
-                -- not written now: already applied by an earlier send of the same request?
-                -- (this reads the workflow as it was before this statement)
-                r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
-                    SELECT 1 FROM workflows cur
-                    WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
-                      AND cur.status = r.set_status
-                      AND cur.attempt = r.attempt + r.attempt_inc
-                      AND (r.run_at IS NULL OR cur.run_at = r.run_at))
+       CASE WHEN w.written THEN r.step IS NULL OR s.workflow_id IS NOT NULL
+            ELSE w.id IS NOT NULL  -- applied by an earlier send
        END AS stored
 FROM r
 LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch

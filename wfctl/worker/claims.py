@@ -57,6 +57,7 @@ class Claimed:
     epoch: int
     attempt: int
     max_retries: int
+    created_at: datetime  # never changes: the writes find the row by it too (the partition key)
     current_step: int  # the last checkpointed step: what a completion expects to follow
     journal: dict[int, RecordedStep]
     db_now: datetime  # the database's clock at the claim
@@ -93,6 +94,12 @@ class Frontier:
     full_every: float = FULL_SCAN_EVERY
     key: FrontierKey | None = None
     full_at: float = float("-inf")  # time.monotonic() of the last scan from the head
+    #: The partitioned layout: between scans from the head, read only the runs created from
+    #: ``floor`` on (migration 0012), the oldest created_at the last scan from the head took,
+    #: so that the pick leaves the older partitions alone. A run created before it is taken by
+    #: the next scan from the head, which lowers the floor to it.
+    bounded: bool = False
+    floor: datetime | None = None
 
     def start(self, now: float) -> FrontierKey | None:
         """The key the next claim starts after (None: from the head)."""
@@ -100,15 +107,23 @@ class Frontier:
             return None
         return self.key
 
+    def floor_for(self, after: FrontierKey | None) -> datetime | None:
+        """The floor of a claim that starts after ``after`` (None: no bound)."""
+        return self.floor if self.bounded and after is not None else None
+
     def moved(self, rows: list[ClaimRow], after: FrontierKey | None, began: float) -> None:
         """A claim that started after ``after`` at ``began`` returned ``rows``: advance to
-        the last run it took from the index in its order."""
+        the last run it took from the index in its order (and, from the head, set the floor)."""
+        taken = [row for row in rows if row.in_order and row.id is not None]
         if after is None:
             self.full_at = began
+            created = [row.created_at for row in taken if row.created_at is not None]
+            if created:
+                self.floor = min(created)
         keys = [
             (row.priority, row.run_at, row.id)
-            for row in rows
-            if row.in_order and row.id is not None and row.priority is not None and row.run_at is not None
+            for row in taken
+            if row.id is not None and row.priority is not None and row.run_at is not None
         ]
         if keys:
             # claim order: priority DESC, run_at, id (uuids compare as PostgreSQL's do)
@@ -141,6 +156,7 @@ def claim(
         "after_priority": after[0] if after else None,
         "after_run_at": after[1] if after else None,
         "after_id": after[2] if after else None,
+        "floor": frontier.floor_for(after) if frontier is not None else None,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         rows = cur.execute(q("worker.claim"), params).fetchall()
@@ -156,6 +172,7 @@ def claim(
             epoch=row.lease_epoch,
             attempt=row.attempt,
             max_retries=row.max_retries,
+            created_at=row.created_at,
             current_step=row.current_step or 0,
             journal={
                 int(number): RecordedStep(int(number), name, output)

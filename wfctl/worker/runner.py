@@ -632,6 +632,7 @@ class Worker:
         except psycopg.Error as exc:
             self._refused("partition check", exc)
             return
+        self.frontier.bounded = made.partitioned
         if made.created:
             moved = f", {made.moved} row(s) moved out of the default partitions" if made.moved else ""
             self.log.info(f"created the partitions of {made.created} interval(s) ahead{moved}")

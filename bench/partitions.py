@@ -9,7 +9,7 @@ Run from the repository root. Two phases, each in two fresh databases (one per l
   - warm (the steady state, as the throughput benchmark's protocol): W ``wfctl worker``
     processes started first and warmed by a batch of 50 per worker (so every statement of theirs
     is planned), then the N submitted in one statement, timed from its return until all N are
-    seen completed (polled every 20 ms, the count reading only the batch's partitions);
+    seen completed (polled every 20 ms: whether one is still pending or running);
   - cold: the N submitted first, then W ``wfctl worker --burst`` processes started and timed
     until they exit: a fresh worker plans its statements, and over ~40 partitions planning
     costs more.
@@ -103,12 +103,17 @@ def worker_command(dsn: str, *extra: str) -> tuple[list[str], dict[str, str]]:
 
 
 def wait_completed(dsn: str, since: Any, n: int, timeout: float = 600.0) -> None:
+    """Wait until no run created from ``since`` on is pending or running, then check all ``n``
+    completed."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while conn.execute(SQL["completed_since"], {"since": since}).fetchone()[0] < n:  # type: ignore[index]
+        while conn.execute(SQL["unfinished_since"], {"since": since}).fetchone()[0]:  # type: ignore[index]
             if time.monotonic() > deadline:
-                raise base.BenchError(f"not all {n} completed within {timeout:.0f} s")
+                raise base.BenchError(f"not all {n} finished within {timeout:.0f} s")
             time.sleep(POLL)
+        done = conn.execute(SQL["completed_since"], {"since": since}).fetchone()[0]  # type: ignore[index]
+    if done != n:
+        raise base.BenchError(f"{done} of {n} completed")
 
 
 def warm_round(dsn: str, n: int, workers: int) -> float:

@@ -168,16 +168,12 @@ def test_item2_cancel_and_retry_while_the_old_execution_still_runs(workers, dsn)
 # -- 3, 5, 7. the flush statement --------------------------------------------------------------------
 
 
-#: The created_at of running_row's runs: the group commit's writes find a run by it too.
-CREATED = datetime(2026, 1, 1, tzinfo=UTC)
-
-
 def running_row(conn: psycopg.Connection, epoch: int, current_step: int = 0) -> uuid.UUID:
     wid = uuid.uuid4()
     conn.execute(
         "INSERT INTO workflows (id, workflow_type, status, lease_owner, lease_epoch, current_step,"
-        " max_retries, created_at) VALUES (%s, 't', 'running', 'me', %s, %s, 3, %s)",
-        (wid, epoch, current_step, CREATED),
+        " max_retries) VALUES (%s, 't', 'running', 'me', %s, %s, 3)",
+        (wid, epoch, current_step),
     )
     return wid
 
@@ -190,8 +186,8 @@ def sent(conn: psycopg.Connection, *batch: Request) -> list[bool]:
 def test_item3_stale_step_in_the_same_batch_as_a_fresh_one_is_fenced(conn):
     wid = running_row(conn, epoch=2)
     now = datetime.now(UTC)
-    stale = Request(wid, 1, "step", 1, CREATED, step=5, name="stale", output="5", started=now)
-    fresh = Request(wid, 2, "step", 1, CREATED, step=1, name="fresh", output="1", started=now)
+    stale = Request(wid, 1, "step", 1, step=5, name="stale", output="5", started=now)
+    fresh = Request(wid, 2, "step", 1, step=1, name="fresh", output="1", started=now)
     assert sent(conn, stale, fresh) == [False, True]
     assert conn.execute(
         "SELECT step_number, step_name, lease_epoch FROM workflow_steps WHERE workflow_id = %s", (wid,)
@@ -200,8 +196,8 @@ def test_item3_stale_step_in_the_same_batch_as_a_fresh_one_is_fenced(conn):
 
 def test_item3_stale_completion_does_not_merge_with_a_fresh_checkpoint(conn):
     wid = running_row(conn, epoch=2, current_step=1)
-    fresh = Request(wid, 2, "step", 1, CREATED, step=2, name="two", output="2", started=datetime.now(UTC))
-    stale_done = Request(wid, 1, "complete", 1, CREATED, result='"stale"', expect=2)
+    fresh = Request(wid, 2, "step", 1, step=2, name="two", output="2", started=datetime.now(UTC))
+    stale_done = Request(wid, 1, "complete", 1, result='"stale"', expect=2)
     assert sent(conn, fresh, stale_done) == [True, False]
     assert conn.execute(
         "SELECT status, output_data, current_step FROM workflows WHERE id = %s", (wid,)
@@ -210,11 +206,11 @@ def test_item3_stale_completion_does_not_merge_with_a_fresh_checkpoint(conn):
 
 def test_item5_completion_needs_the_checkpoint_before_it(conn):
     wid = running_row(conn, epoch=1, current_step=0)
-    done = Request(wid, 1, "complete", 1, CREATED, result='"r"', expect=1)  # step 1 never committed
+    done = Request(wid, 1, "complete", 1, result='"r"', expect=1)  # step 1 never committed
     assert sent(conn, done) == [False]
     assert conn.execute("SELECT status FROM workflows WHERE id = %s", (wid,)).fetchone() == ("running",)
-    step = Request(wid, 1, "step", 1, CREATED, step=1, name="s", output="1", started=datetime.now(UTC))
-    done = Request(wid, 1, "complete", 1, CREATED, result='"r"', expect=1)
+    step = Request(wid, 1, "step", 1, step=1, name="s", output="1", started=datetime.now(UTC))
+    done = Request(wid, 1, "complete", 1, result='"r"', expect=1)
     assert sent(conn, step) == [True]
     assert sent(conn, done) == [True]
     assert conn.execute("SELECT status FROM workflows WHERE id = %s", (wid,)).fetchone() == ("completed",)
@@ -223,11 +219,11 @@ def test_item5_completion_needs_the_checkpoint_before_it(conn):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda wid: Request(wid, 1, "fail", 1, CREATED, error="boom", final=False, delay=30.0),
-        lambda wid: Request(wid, 1, "fail", 1, CREATED, error="boom", final=True),
-        lambda wid: Request(wid, 1, "park", 1, CREATED, wake=datetime(2030, 1, 2, 3, 4, 5, 6, tzinfo=UTC)),
-        lambda wid: Request(wid, 1, "release", 1, CREATED),
-        lambda wid: Request(wid, 1, "complete", 1, CREATED, result="1", expect=0),
+        lambda wid: Request(wid, 1, "fail", 1, error="boom", final=False, delay=30.0),
+        lambda wid: Request(wid, 1, "fail", 1, error="boom", final=True),
+        lambda wid: Request(wid, 1, "park", 1, wake=datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)),
+        lambda wid: Request(wid, 1, "release", 1),
+        lambda wid: Request(wid, 1, "complete", 1, result="1", expect=0),
     ],
     ids=["fail", "final-fail", "park", "release", "complete"],
 )
@@ -245,9 +241,9 @@ def test_item7_resending_a_committed_final_write_reports_it_done(conn, make):
 
 def test_item7_a_write_fenced_by_a_new_epoch_stays_fenced(conn):
     wid = running_row(conn, epoch=1)
-    assert sent(conn, Request(wid, 1, "fail", 1, CREATED, error="boom", final=False, delay=0.0)) == [True]
+    assert sent(conn, Request(wid, 1, "fail", 1, error="boom", final=False, delay=0.0)) == [True]
     conn.execute("UPDATE workflows SET lease_epoch = 2, status = 'running' WHERE id = %s", (wid,))
-    assert sent(conn, Request(wid, 1, "fail", 1, CREATED, error="boom", final=False, delay=0.0)) == [False]
+    assert sent(conn, Request(wid, 1, "fail", 1, error="boom", final=False, delay=0.0)) == [False]
 
 
 # -- 4. a replayed sleep parks again ----------------------------------------------------------------

@@ -31,7 +31,8 @@ from wfctl.cli.db import HIDDEN_NOTICE
 
 PACKAGE = HERE.parent / "wfctl"
 QUERY_METHODS = {"execute", "executemany", "copy", "stream"}
-SAFE_CALLS = {"q", "composed"}  # wfctl.queries: a named block from sql/, or one composed with identifiers
+SAFE_CALLS = {"q", "composed", "spliced"}  # wfctl.queries: a named block from sql/, one composed
+# with identifiers, or one with another named block spliced in
 SQL_OBJECTS = {"SQL", "Identifier", "Literal", "Placeholder", "Composed"}  # psycopg.sql
 SQL_LITERAL = re.compile(
     r"\bSELECT\b[\s\S]*\bFROM\b|\bINSERT\s+INTO\b|\bUPDATE\b[\s\S]*\bSET\b|\bDELETE\s+FROM\b"

@@ -63,3 +63,14 @@ def composed(block: str, **identifiers: str) -> sql.Composed:
     """A block with ``{placeholders}`` filled by quoted identifiers (for DDL such as
     ``CREATE DATABASE``), never by string formatting."""
     return sql.SQL(q(block)).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})  # type: ignore[arg-type]
+
+
+@cache
+def spliced(block: str, part: str) -> str:
+    """Block ``block`` with block ``part`` in place of its marker ``/* <part's name> */`` (the
+    name after the file stem): both are named blocks of sql/, so only shipped SQL is joined."""
+    marker = f"/* {part.split('.', 1)[-1]} */"
+    text = q(block)
+    if marker not in text:
+        raise KeyError(f"no marker {marker} in the SQL block {block!r}")
+    return text.replace(marker, q(part))

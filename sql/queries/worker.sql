@@ -88,12 +88,8 @@ claimed AS (
     FROM unnest(%(types)s::text[], %(retries)s::int[], %(timeouts)s::float8[],
                 %(timeout_errors)s::text[]) AS p(workflow_type, max_retries, timeout, timeout_error)
     WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
-      -- the oldest picked run's created_at (the partition key of the partitioned layout,
-      -- migration 0010): the partitions older than it are not read (migration 0012)
-      AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(created_at)
-                                       ELSE '-infinity' END
-                           FROM picked)
       AND p.workflow_type = w.workflow_type
+      /* claim_pruned */
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
               w.current_step, w.deadline_at, w.deadline_error,
               CASE WHEN w.current_step > 0 THEN (
@@ -143,6 +139,18 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
        h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
+-- name: claim_pruned
+-- In the partitioned layout wfctl/worker/claims.py splices this into worker.claim's UPDATE in
+-- place of its marker /* claim_pruned */ (migration 0012): the oldest picked run's created_at (the
+-- partition key, migration 0010), so the partitions older than it are not read. A limited
+-- type's pick comes without its created_at: then all are. Not in the unpartitioned layout:
+-- there, on statistics taken when the table was nearly empty, the planner added
+-- workflows_created_idx to the primary key (a BitmapAnd) and read every entry from that
+-- created_at on, the whole backlog at every claim.
+AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(created_at)
+                                 ELSE '-infinity' END
+                     FROM picked)
+
 -- name: flush
 -- Group commit: the writes of many workflows in one statement, hence one commit. It knows no
 -- kinds of write: each input row carries the values it sets (wfctl/worker/checkpoints.py
@@ -154,19 +162,19 @@ FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
 -- The writes of workflows and workflow_attempts are wfctl_flush_runs' (migration 0012), which
--- finds each row by its key and its workflow's created_at (the partition key of the
--- partitioned layout) with a plan of index probes whatever the statistics say; it returns the
--- rows it wrote (written) and those an earlier send of the same request had applied already.
+-- finds each row by its key with a plan of index probes whatever the statistics say; it
+-- returns the rows it wrote (written, with their created_at for the step rows) and those an
+-- earlier send of the same request had applied already.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
 -- same epoch, already shows its effect (status, attempt and, if set, run_at).
 WITH w AS MATERIALIZED (
     SELECT *
-    FROM wfctl_flush_runs(%(ids)s::uuid[], %(epochs)s::bigint[], %(created)s::timestamptz[],
-                          %(require)s::text[], %(expects)s::int[], %(statuses)s::text[],
-                          %(current)s::int[], %(do_output)s::bool[], %(results)s::jsonb[],
-                          %(do_error)s::bool[], %(errors)s::text[], %(tracebacks)s::text[],
+    FROM wfctl_flush_runs(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[],
+                          %(expects)s::int[], %(statuses)s::text[], %(current)s::int[],
+                          %(do_output)s::bool[], %(results)s::jsonb[], %(do_error)s::bool[],
+                          %(errors)s::text[], %(tracebacks)s::text[],
                           %(attempt_inc)s::int[], %(attempts)s::int[], %(run_at)s::timestamptz[],
                           %(delays)s::float8[], %(finish)s::bool[], %(outcomes)s::text[])
 ),

@@ -28,7 +28,6 @@ class Request:
     __slots__ = (
         "_done",
         "attempt",
-        "created_at",
         "delay",
         "epoch",
         "error",
@@ -53,7 +52,6 @@ class Request:
         epoch: int,
         kind: Kind,
         attempt: int,
-        created_at: datetime,  # the workflow's (the partition key of the partitioned layout)
         *,
         step: int | None = None,
         name: str | None = None,
@@ -68,7 +66,6 @@ class Request:
         expect: int | None = None,  # for 'complete': the last step the run checkpointed
     ) -> None:
         self.workflow_id, self.epoch, self.kind, self.attempt = workflow_id, epoch, kind, attempt
-        self.created_at = created_at
         self.step, self.name, self.output, self.started = step, name, output, started
         self.result = result
         self.expect = expect
@@ -163,7 +160,6 @@ class Target:
     workflow_id: UUID
     epoch: int
     attempt: int
-    created_at: datetime  # the workflow's: its rows are found by it too
     require_status: str = RUNNING
     expect: int | None = None  # current_step must equal this (a completion's last checkpoint)
     status: str | None = None
@@ -198,7 +194,7 @@ def target(group: tuple[Request, ...]) -> Target:
     """The values one merged group of requests sets (see ``merge``): one request, or an
     execution's checkpoint followed by its completion."""
     first, last = group[0], group[-1]
-    t = Target(first.workflow_id, first.epoch, first.attempt, first.created_at)
+    t = Target(first.workflow_id, first.epoch, first.attempt)
     kind = last.kind
     if first.kind == "step":  # a checkpoint, alone or carrying its completion
         _step_row(t, first)
@@ -239,7 +235,6 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
     params = {
         "ids": _array([t.workflow_id for t in rows]),
         "epochs": _array([t.epoch for t in rows]),
-        "created": _array([t.created_at for t in rows]),
         "require": _text_array([t.require_status for t in rows]),
         "expects": _array([t.expect for t in rows]),
         "statuses": _text_array([t.status for t in rows]),

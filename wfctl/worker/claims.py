@@ -12,7 +12,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from wfctl.context import RecordedStep
-from wfctl.queries import q
+from wfctl.queries import q, spliced
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,10 @@ def claim(
         "floor": frontier.floor_for(after) if frontier is not None else None,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
-        rows = cur.execute(q("worker.claim"), params).fetchall()
+        # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
+        pruned = frontier is not None and frontier.bounded
+        query = spliced("worker.claim", "worker.claim_pruned") if pruned else q("worker.claim")
+        rows = cur.execute(query, params).fetchall()
     arrived = time.monotonic()
     if frontier is not None:
         frontier.moved(rows, after, began)

@@ -3,13 +3,13 @@ by the package, and every block the code asks for exists. Also: the workflow sta
 spelled in one place in Python, wfctl.words.
 
 The names the code asks for are found statically with ``ast``: the first argument of every
-``q(...)`` and ``composed(...)`` call in wfctl/, bench/ and tests/, followed back to string
-literals: a literal, either branch of ``a if c else b``, the values assigned to a name (in
-the function, else in the module), the items of the tuple a ``for`` loop walks, and, for a
-parameter of the enclosing function, the argument every call of that function in the same
-file passes there (``reports._rows(conn, "reports.stuck", ...)``), or the column of its
-``pytest.mark.parametrize`` table. An argument that cannot be followed fails the test: the
-catalogue is closed only while every name is visible.
+``q(...)`` and ``composed(...)`` call (both arguments of ``spliced(...)``) in wfctl/, bench/
+and tests/, followed back to string literals: a literal, either branch of ``a if c else b``,
+the values assigned to a name (in the function, else in the module), the items of the tuple a
+``for`` loop walks, and, for a parameter of the enclosing function, the argument every call of
+that function in the same file passes there (``reports._rows(conn, "reports.stuck", ...)``),
+or the column of its ``pytest.mark.parametrize`` table. An argument that cannot be followed
+fails the test: the catalogue is closed only while every name is visible.
 
 A block counts as used when the package asks for it. One that only the tests or the benchmark
 ask for must be listed in OUTSIDE_THE_PACKAGE with the reason it is kept.
@@ -31,8 +31,10 @@ from wfctl.queries import all_queries, sql_root
 ROOT = HERE.parent
 PACKAGE = ROOT / "wfctl"
 OTHERS = (ROOT / "bench", ROOT / "tests")
-QUERY_FUNCTIONS = {"q", "composed"}  # wfctl.queries: a block by name, or one with identifiers
-LOADER = PACKAGE / "queries.py"  # defines q() and composed(): composed passes its caller's name on
+#: wfctl.queries: a block by name, one with identifiers, or one with another spliced in (both
+#: arguments are block names)
+QUERY_FUNCTIONS = {"q": 1, "composed": 1, "spliced": 2}
+LOADER = PACKAGE / "queries.py"  # defines them: composed and spliced pass their caller's names on
 
 #: Blocks the package does not run, kept for the tests or the benchmark, and why.
 OUTSIDE_THE_PACKAGE = {
@@ -208,20 +210,22 @@ def asked_for(files: Files) -> tuple[dict[str, list[str]], list[str]]:
     for filename, source in files.items():
         module = _Module(source, filename)
         for call in module.calls():
-            if _called_name(call) not in QUERY_FUNCTIONS:
+            count = QUERY_FUNCTIONS.get(_called_name(call) or "")
+            if count is None:
                 continue
-            argument = call.args[0] if call.args else None
-            try:
-                if argument is None or isinstance(argument, ast.Starred):
-                    raise Unfollowable("no block name")
-                found = _names(module, argument, module.scope[call])
-            except Unfollowable as exc:
-                unfollowable.append(
-                    f"{module.where(call)}: cannot tell which block {ast.unparse(call)} runs: {exc}"
-                )
-                continue
-            for name in found:
-                names.setdefault(name, []).append(module.where(call))
+            for index in range(count):
+                argument = call.args[index] if len(call.args) > index else None
+                try:
+                    if argument is None or isinstance(argument, ast.Starred):
+                        raise Unfollowable("no block name")
+                    found = _names(module, argument, module.scope[call])
+                except Unfollowable as exc:
+                    unfollowable.append(
+                        f"{module.where(call)}: cannot tell which block {ast.unparse(call)} runs: {exc}"
+                    )
+                    continue
+                for name in found:
+                    names.setdefault(name, []).append(module.where(call))
     return names, unfollowable
 
 

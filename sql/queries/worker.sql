@@ -161,29 +161,54 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
--- The writes of workflows and workflow_attempts are wfctl_flush_runs' (migration 0012), which
--- finds each row by its key with a plan of index probes whatever the statistics say; it
--- returns the rows it wrote (written, with their created_at for the step rows) and those an
--- earlier send of the same request had applied already.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
 -- same epoch, already shows its effect (status, attempt and, if set, run_at).
-WITH w AS MATERIALIZED (
+WITH r AS (
     SELECT *
-    FROM wfctl_flush_runs(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[],
-                          %(expects)s::int[], %(statuses)s::text[], %(current)s::int[],
-                          %(do_output)s::bool[], %(results)s::jsonb[], %(do_error)s::bool[],
-                          %(errors)s::text[], %(tracebacks)s::text[],
-                          %(attempt_inc)s::int[], %(attempts)s::int[], %(run_at)s::timestamptz[],
-                          %(delays)s::float8[], %(finish)s::bool[], %(outcomes)s::text[])
+    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],
+                %(statuses)s::text[], %(current)s::int[], %(do_output)s::bool[],
+                %(results)s::jsonb[], %(do_error)s::bool[], %(errors)s::text[],
+                %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
+                %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
+                %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
+                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
+         AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
+              do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
+              step_status, output, started, step_error, set_traceback, outcome)
 ),
-r AS (
-    SELECT *
-    FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(attempts)s::int[], %(steps)s::int[],
-                %(names)s::text[], %(step_status)s::text[], %(outputs)s::jsonb[],
-                %(started)s::timestamptz[], %(step_errors)s::text[])
-         AS t(id, epoch, attempt, step, name, step_status, output, started, step_error)
+w AS (
+    UPDATE workflows wf
+    SET status = coalesce(r.set_status, wf.status),
+        current_step = coalesce(r.set_step, wf.current_step),
+        output_data = CASE WHEN r.do_output THEN r.set_output ELSE wf.output_data END,
+        error_message = CASE WHEN r.do_error THEN r.set_error ELSE wf.error_message END,
+        error_traceback = CASE WHEN r.do_error THEN r.set_traceback ELSE wf.error_traceback END,
+        attempt = wf.attempt + r.attempt_inc,
+        run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
+                      ELSE coalesce(r.run_at, wf.run_at) END,
+        finished_at = CASE WHEN r.finish THEN now() ELSE wf.finished_at END,
+        wait_kind = CASE WHEN r.outcome = 'parked' THEN 'sleep' ELSE wf.wait_kind END,
+        updated_at = now()
+    FROM r
+    WHERE wf.id = r.id
+      AND wf.lease_epoch = r.epoch
+      -- a condition on r's own column: the planner finds rows by id (primary key), not by a
+      -- status index, even when the table's statistics are stale
+      AND wf.status = r.require_status
+      AND (r.expect IS NULL OR wf.current_step = r.expect)
+    RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
+),
+a AS (
+    -- the execution ends (outcome set): close its row in the attempt history
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = r.outcome, last_step = w.current_step,
+        error = r.set_error, traceback = r.set_traceback
+    FROM r
+    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
+    WHERE r.outcome IS NOT NULL
+      AND wa.workflow_id = r.id AND wa.lease_epoch = r.epoch AND wa.ended_at IS NULL
 ),
 s AS (
     -- workflow_created_at: the partition key of the partitioned layout (migration 0010); the
@@ -194,7 +219,7 @@ s AS (
     SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, now(), r.step_error,
            r.attempt, r.epoch, w.created_at
     FROM r
-    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch AND w.written
+    JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
     WHERE r.step IS NOT NULL
     ON CONFLICT ON CONSTRAINT workflow_steps_workflow_id_step_number_key DO UPDATE
     SET step_name = excluded.step_name, status = excluded.status,
@@ -205,8 +230,16 @@ s AS (
     RETURNING ws.workflow_id, ws.lease_epoch
 )
 SELECT r.id, r.epoch,
-       CASE WHEN w.written THEN r.step IS NULL OR s.workflow_id IS NOT NULL
-            ELSE w.id IS NOT NULL  -- applied by an earlier send
+       CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
+            ELSE
+                -- not written now: already applied by an earlier send of the same request?
+                -- (this reads the workflow as it was before this statement)
+                r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
+                    SELECT 1 FROM workflows cur
+                    WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
+                      AND cur.status = r.set_status
+                      AND cur.attempt = r.attempt + r.attempt_inc
+                      AND (r.run_at IS NULL OR cur.run_at = r.run_at))
        END AS stored
 FROM r
 LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch

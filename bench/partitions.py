@@ -6,10 +6,12 @@
 Run from the repository root. Two phases, each in two fresh databases (one per layout):
 
 - hot path: N workflows of 3 no-op steps (bench/noop_app.py), two protocols per round:
-  - warm (the steady state, as the throughput benchmark's protocol): W ``wfctl worker``
-    processes started first and warmed by a batch of 50 per worker (so every statement of theirs
-    is planned), then the N submitted in one statement, timed from its return until all N are
-    seen completed (polled every 20 ms: whether one is still pending or running);
+  - warm (as the throughput benchmark's protocol): W ``wfctl worker`` processes started first,
+    on tables just emptied and analyzed, and warmed by a batch of 50 per worker (so every
+    statement of theirs is planned), then the N submitted in one statement (so the plans were
+    built on statistics of nearly empty tables: docs/architecture.md, "The hot path"), timed
+    from its return until all N are seen completed (polled every 20 ms: whether one is still
+    pending or running);
   - cold: the N submitted first, then W ``wfctl worker --burst`` processes started and timed
     until they exit: a fresh worker plans its statements, and over ~40 partitions planning
     costs more.

@@ -315,7 +315,7 @@ def test_item6_a_lock_timeout_fails_the_write_instead_of_reconnecting_forever(wo
 
 def test_item10_execution_time_follows_the_database_clock_not_the_wall_clock(monkeypatch):
     db_now = datetime(2026, 1, 1, tzinfo=UTC)
-    claimed = Claimed(uuid.uuid4(), "t", None, 1, 1, 3, db_now, 0, {}, db_now, time.monotonic() - 5.0)
+    claimed = Claimed(uuid.uuid4(), "t", None, 1, 1, 3, 0, {}, db_now, time.monotonic() - 5.0)
     registry = Registry()
     workflow("t", registry=registry)(lambda ctx, data: None)
     execution = Execution(claimed, registry.types["t"], lambda r: None, threading.Event(), WorkerLog("plain"))

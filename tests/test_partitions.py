@@ -161,7 +161,10 @@ def test_the_hot_path_leaves_the_partitions_of_older_runs_unopened(pdsn):
         conn.execute("INSERT INTO workflows (workflow_type) SELECT 'plain' FROM generate_series(1, 40)")
         frontier = claims.Frontier(full_every=3600.0, bounded=True)
         first = claims.claim(conn, "w1", policy, 32, frontier).claimed  # from the head
-        assert len(first) == 32 and frontier.floor == min(c.created_at for c in first)
+        (oldest,) = conn.execute(  # type: ignore[misc]
+            "SELECT min(created_at) FROM workflows WHERE id = ANY(%s)", ([c.id for c in first],)
+        ).fetchone()
+        assert len(first) == 32 and frontier.floor == oldest
         (old_id, old_created) = conn.execute(
             "INSERT INTO workflows (workflow_type, created_at) VALUES ('plain', now() - interval '5 days')"
             " RETURNING id, created_at"
@@ -179,13 +182,13 @@ def test_the_hot_path_leaves_the_partitions_of_older_runs_unopened(pdsn):
             third = claims.claim(conn, "w1", policy, 32, frontier).claimed
             assert scans(conn, runnable) > before
         assert [c.id for c in third] == [old_id] and frontier.floor == old_created
-        assert partitions.ensure(conn).partitioned
 
 
-def test_an_unpartitioned_worker_claims_without_a_floor(dsn):
-    """The floor is the partitioned layout's: the worker's duty leaves it off elsewhere."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        assert not partitions.ensure(conn).partitioned
+def test_the_partition_duty_tells_the_worker_its_layout(dsn, pdsn):
+    """The worker bounds its claims (Frontier.bounded) by what its partition duty reports: the
+    floor and the created_at bound are the partitioned layout's only."""
+    with psycopg.connect(dsn, autocommit=True) as plain, psycopg.connect(pdsn, autocommit=True) as parted:
+        assert (partitions.ensure(plain).partitioned, partitions.ensure(parted).partitioned) == (False, True)
 
 
 def test_one_key_gives_one_row_under_concurrent_submits(pdsn):

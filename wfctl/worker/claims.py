@@ -57,7 +57,6 @@ class Claimed:
     epoch: int
     attempt: int
     max_retries: int
-    created_at: datetime  # never changes: the writes find the row by it too (the partition key)
     current_step: int  # the last checkpointed step: what a completion expects to follow
     journal: dict[int, RecordedStep]
     db_now: datetime  # the database's clock at the claim
@@ -123,7 +122,7 @@ class Frontier:
         keys = [
             (row.priority, row.run_at, row.id)
             for row in taken
-            if row.id is not None and row.priority is not None and row.run_at is not None
+            if row.priority is not None and row.run_at is not None
         ]
         if keys:
             # claim order: priority DESC, run_at, id (uuids compare as PostgreSQL's do)
@@ -175,7 +174,6 @@ def claim(
             epoch=row.lease_epoch,
             attempt=row.attempt,
             max_retries=row.max_retries,
-            created_at=row.created_at,
             current_step=row.current_step or 0,
             journal={
                 int(number): RecordedStep(int(number), name, output)

@@ -12,7 +12,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -23,6 +23,8 @@ import wfctl
 from wfctl import control, partitions
 from wfctl.queries import q
 from wfctl.worker import claims
+from wfctl.worker.checkpoints import Request, flush
+from wfctl.worker.targets import PartitionTargets
 
 OLD = "now() - interval '40 days'"
 
@@ -182,6 +184,94 @@ def test_the_hot_path_leaves_the_partitions_of_older_runs_unopened(pdsn):
             third = claims.claim(conn, "w1", policy, 32, frontier).claimed
             assert scans(conn, runnable) > before
         assert [c.id for c in third] == [old_id] and frontier.floor == old_created
+
+
+def claimed_in_partitions(conn: psycopg.Connection, new: int, old_days: int) -> list[claims.Claimed]:
+    """``new`` runs created now and one created ``old_days`` ago, claimed by a worker in the
+    partitioned layout (a scan from the head: all of them)."""
+    conn.execute("INSERT INTO workflows (workflow_type) SELECT 'plain' FROM generate_series(1, %s)", (new,))
+    conn.execute(
+        "INSERT INTO workflows (workflow_type, created_at)"
+        " VALUES ('plain', now() - make_interval(days => %s))",
+        (old_days,),
+    )
+    frontier = claims.Frontier(full_every=3600.0, bounded=True)
+    claimed = claims.claim(conn, "w1", {"plain": claims.Policy(3)}, 32, frontier).claimed
+    assert len(claimed) == new + 1
+    return claimed
+
+
+def step_and_completion(c: claims.Claimed) -> list[Request]:
+    """Step 1's checkpoint and the completion that follows it (one row of the flush)."""
+    return [
+        Request(
+            c.id,
+            c.epoch,
+            "step",
+            c.attempt,
+            step=1,
+            name="one",
+            output="1",
+            started=datetime.now(UTC),
+            partition=c.partition,
+        ),
+        Request(c.id, c.epoch, "complete", c.attempt, result='"done"', expect=1, partition=c.partition),
+    ]
+
+
+def test_the_group_commit_writes_in_the_partitions_that_hold_the_runs(pdsn):
+    """The claim returns the partition of each run and the flush updates the workflows and
+    workflow_attempts partitions that hold the batch's runs (one statement per partition), so
+    a batch of today's runs reads no index of an older partition: through the parents, each
+    row probes every partition. A batch with runs in two partitions writes them all."""
+    old_partitions(pdsn, 5)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        conn.execute(q("worker.session_setup"))
+        claimed = claimed_in_partitions(conn, new=3, old_days=5)
+        old_tables = [partition_of(conn, "workflows", 5), partition_of(conn, "workflow_attempts", 5)]
+        oid_of = dict(conn.execute("SELECT w.id, w.tableoid::oid FROM workflows w").fetchall())
+        assert {c.id: c.partition for c in claimed} == oid_of
+        (old_oid,) = conn.execute("SELECT %s::regclass::oid", (old_tables[0],)).fetchone()  # type: ignore[misc]
+        old_run = next(c for c in claimed if c.partition == old_oid)
+        new_runs = [c for c in claimed if c is not old_run]
+        targets = PartitionTargets()
+
+        batch = [r for c in new_runs for r in step_and_completion(c)]
+        with conn.transaction():
+            before = scans(conn, *old_tables)
+            flush(conn, batch, targets)
+            assert scans(conn, *old_tables) == before, "the flush read an old partition"
+        # the 5-day-old run, one of today's and one in the default partition (no partition
+        # for a day ago): three statements
+        second = claimed_in_partitions(conn, new=1, old_days=1)
+        both = step_and_completion(old_run) + [r for c in second for r in step_and_completion(c)]
+        flush(conn, both, targets)
+
+        assert all(r.ok for r in batch + both)
+        done = rows(
+            pdsn,
+            "SELECT w.status, w.current_step, a.outcome, s.status FROM workflows w"
+            " JOIN workflow_attempts a ON a.workflow_id = w.id"
+            " JOIN workflow_steps s ON s.workflow_id = w.id",
+        )
+        assert done == [("completed", 1, "completed", "completed")] * 6
+
+
+def test_the_group_commit_finds_a_renamed_partition_through_the_parent(pdsn):
+    """A partition renamed by hand after the worker looked up its name: the flush writes
+    through the parent tables, and looks the name up afresh next time."""
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        conn.execute(q("worker.session_setup"))
+        (run,) = claimed_in_partitions(conn, new=0, old_days=0)
+        targets = PartitionTargets()
+        assert targets.of(conn, run.partition).workflows[1] == partition_of(conn, "workflows", 0)
+        renamed = partition_of(conn, "workflows", 0) + "_by_hand"
+        conn.execute(f"ALTER TABLE {partition_of(conn, 'workflows', 0)} RENAME TO {renamed}")
+        batch = step_and_completion(run)
+        flush(conn, batch, targets)
+        assert [r.ok for r in batch] == [True, True]
+        assert targets.of(conn, run.partition).workflows[1] == renamed
+        assert rows(pdsn, "SELECT status, current_step FROM workflows") == [("completed", 1)]
 
 
 def test_the_partition_duty_tells_the_worker_its_layout(dsn, pdsn):

@@ -59,10 +59,13 @@ def q(name: str) -> str:
         raise KeyError(f"no SQL block named {name!r} in {sql_root() / 'queries'}") from None
 
 
-def composed(block: str, **identifiers: str) -> sql.Composed:
+@cache
+def composed(block: str, **identifiers: str | tuple[str, ...]) -> sql.Composed:
     """A block with ``{placeholders}`` filled by quoted identifiers (for DDL such as
-    ``CREATE DATABASE``), never by string formatting."""
-    return sql.SQL(q(block)).format(**{k: sql.Identifier(v) for k, v in identifiers.items()})  # type: ignore[arg-type]
+    ``CREATE DATABASE``, or a partition's ``(schema, name)``), never by string formatting.
+    Cached: the group commit composes its statement for every batch."""
+    names = {k: v if isinstance(v, tuple) else (v,) for k, v in identifiers.items()}
+    return sql.SQL(q(block)).format(**{k: sql.Identifier(*v) for k, v in names.items()})  # type: ignore[arg-type]
 
 
 @cache

@@ -100,7 +100,10 @@ claimed AS (
               ) END AS journal,
               now() AS db_now, w.created_at,
               -- the frontier's key: where in the runnable index this run was
-              w.priority, w.run_at, w.id IN (SELECT id FROM in_order) AS in_order
+              w.priority, w.run_at, w.id IN (SELECT id FROM in_order) AS in_order,
+              -- the partition holding the run (the table itself when unpartitioned): in the
+              -- partitioned layout the group commit writes there (worker.flush)
+              w.tableoid::oid AS partition
 ),
 opened AS (
     -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
@@ -136,7 +139,7 @@ charged AS (
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       h.retry_in
+       NULL, h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: claim_pruned
@@ -165,6 +168,10 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
 -- same epoch, already shows its effect (status, attempt and, if set, run_at).
+-- The workflows and workflow_attempts it updates are placeholders, filled with those tables
+-- or, in the partitioned layout, with the partitions that hold the batch's runs
+-- (wfctl/worker/targets.py): a plan over one partition neither probes nor locks the other
+-- intervals' (docs/architecture.md, "The hot path").
 WITH r AS (
     SELECT *
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],
@@ -179,7 +186,7 @@ WITH r AS (
               step_status, output, started, step_error, set_traceback, outcome)
 ),
 w AS (
-    UPDATE workflows wf
+    UPDATE {workflows} wf
     SET status = coalesce(r.set_status, wf.status),
         current_step = coalesce(r.set_step, wf.current_step),
         output_data = CASE WHEN r.do_output THEN r.set_output ELSE wf.output_data END,
@@ -202,7 +209,7 @@ w AS (
 ),
 a AS (
     -- the execution ends (outcome set): close its row in the attempt history
-    UPDATE workflow_attempts wa
+    UPDATE {workflow_attempts} wa
     SET ended_at = now(), outcome = r.outcome, last_step = w.current_step,
         error = r.set_error, traceback = r.set_traceback
     FROM r
@@ -235,7 +242,7 @@ SELECT r.id, r.epoch,
                 -- not written now: already applied by an earlier send of the same request?
                 -- (this reads the workflow as it was before this statement)
                 r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
-                    SELECT 1 FROM workflows cur
+                    SELECT 1 FROM {workflows} cur
                     WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
                       AND cur.status = r.set_status
                       AND cur.attempt = r.attempt + r.attempt_inc
@@ -244,6 +251,24 @@ SELECT r.id, r.epoch,
 FROM r
 LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
 LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch;
+
+-- name: partition_targets
+-- Where the partitioned layout's group commit writes the runs of one workflows partition
+-- (%(oid)s, the claim's tableoid): its schema and name, and the workflow_attempts partition
+-- with the same bounds (NULL: none, and that table is written through its parent). No row:
+-- not a partition of workflows (any more).
+SELECT n.nspname AS schema, wf.relname AS workflows,
+       (SELECT a.relname
+        FROM pg_inherits ai
+        JOIN pg_class a ON a.oid = ai.inhrelid
+        WHERE ai.inhparent = 'workflow_attempts'::regclass
+          AND a.relnamespace = wf.relnamespace
+          AND pg_get_expr(a.relpartbound, a.oid) = pg_get_expr(wf.relpartbound, wf.oid)
+        LIMIT 1) AS attempts
+FROM pg_class wf
+JOIN pg_namespace n ON n.oid = wf.relnamespace
+JOIN pg_inherits wi ON wi.inhrelid = wf.oid AND wi.inhparent = 'workflows'::regclass
+WHERE wf.oid = %(oid)s;
 
 -- name: heartbeat
 -- One statement per beat: register/refresh the worker row, and touch updated_at of the

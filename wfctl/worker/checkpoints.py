@@ -16,8 +16,9 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from wfctl.queries import q
+from wfctl.queries import composed
 from wfctl.words import COMPLETED, FAILED, PENDING, RUNNING
+from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
 Kind = Literal["step", "park", "complete", "fail", "release"]
 
@@ -38,6 +39,7 @@ class Request:
         "name",
         "ok",
         "output",
+        "partition",
         "result",
         "started",
         "step",
@@ -64,11 +66,13 @@ class Request:
         delay: float | None = None,  # seconds of backoff, for a non-final 'fail'
         wake: datetime | None = None,  # for 'park'
         expect: int | None = None,  # for 'complete': the last step the run checkpointed
+        partition: int | None = None,  # the oid of the workflows partition holding the run
     ) -> None:
         self.workflow_id, self.epoch, self.kind, self.attempt = workflow_id, epoch, kind, attempt
         self.step, self.name, self.output, self.started = step, name, output, started
         self.result = result
         self.expect = expect
+        self.partition = partition
         self.error, self.traceback = error, traceback
         self.final, self.delay, self.wake = final, delay, wake
         self.ok = False
@@ -224,13 +228,51 @@ def target(group: tuple[Request, ...]) -> Target:
     return t
 
 
-def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
-    """Write ``batch`` in one statement (autocommit: the statement is its transaction) and
-    resolve every request. Raises psycopg errors; the caller may re-send the same batch.
+def flush(
+    conn: psycopg.Connection[Any], batch: list[Request], targets: PartitionTargets | None = None
+) -> None:
+    """Write ``batch`` and resolve every request: one statement (autocommit: the statement is
+    its transaction) per partition its runs are in (``targets``: the partitioned layout; None:
+    through the parent tables). Raises psycopg errors; the caller may re-send the same batch,
+    so nothing is resolved before every statement has succeeded."""
+    groups = merge(batch)
+    by_partition: dict[int | None, list[tuple[Request, ...]]] = {}
+    for group in groups:
+        by_partition.setdefault(group[0].partition if targets is not None else None, []).append(group)
+    written: set[tuple[UUID, int]] = set()
+    for partition, part in by_partition.items():
+        written |= _write_in_partition(conn, part, partition, targets)
+    for group in groups:
+        ok = group[0].key in written
+        for r in group:
+            r.resolve(ok)
+
+
+def _write_in_partition(
+    conn: psycopg.Connection[Any],
+    groups: list[tuple[Request, ...]],
+    partition: int | None,
+    targets: PartitionTargets | None,
+) -> set[tuple[UUID, int]]:
+    """Write ``groups`` in the tables of ``partition``; if one is gone (renamed or dropped
+    by hand since it was looked up), through the parents, which find any run by key."""
+    where = targets.of(conn, partition) if targets is not None else PARENTS
+    try:
+        return _write(conn, groups, where)
+    except psycopg.errors.UndefinedTable:
+        if targets is None or partition is None or where == PARENTS:
+            raise
+        targets.forget(partition)
+        return _write(conn, groups, PARENTS)
+
+
+def _write(
+    conn: psycopg.Connection[Any], groups: list[tuple[Request, ...]], where: Targets
+) -> set[tuple[UUID, int]]:
+    """One statement: the (id, epoch) of the rows it stored.
 
     The columns travel as array literals built here: a handful of C-speed string joins, where
     psycopg's generic list adaptation costs a Python-level pass per element and per list."""
-    groups = merge(batch)
     rows = [target(g) for g in groups]
     params = {
         "ids": _array([t.workflow_id for t in rows]),
@@ -258,11 +300,8 @@ def flush(conn: psycopg.Connection[Any], batch: list[Request]) -> None:
         "outcomes": _text_array([t.outcome for t in rows]),
     }
     with conn.cursor(row_factory=class_row(Written)) as cur:
-        written = {(row.id, row.epoch) for row in cur.execute(q("worker.flush"), params) if row.stored}
-    for group in groups:
-        ok = group[0].key in written
-        for r in group:
-            r.resolve(ok)
+        query = composed("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)
+        return {(row.id, row.epoch) for row in cur.execute(query, params) if row.stored}
 
 
 def _clamp(delay: float | None) -> float | None:

@@ -35,6 +35,7 @@ class ClaimRow:
     priority: int | None
     run_at: datetime | None
     in_order: bool | None  # picked by wfctl_claim_ready (not a limited type's pick)
+    partition: int | None  # the oid of the table holding the run (a partition when partitioned)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -64,6 +65,9 @@ class Claimed:
     # that follows the database's and that no step of the worker's wall clock can move
     deadline_at: datetime | None = None  # past it, the run fails at its next step boundary
     deadline_error: str | None = None
+    #: The partitioned layout: the oid of the workflows partition holding the run, where the
+    #: group commit writes it (wfctl/worker/targets.py); None: through the parent tables.
+    partition: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ def claim(
             claimed_at=arrived,
             deadline_at=row.deadline_at,
             deadline_error=row.deadline_error,
+            partition=row.partition if pruned else None,
         )
         for row in rows
         if row.id is not None

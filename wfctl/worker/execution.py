@@ -218,7 +218,8 @@ class Execution:
     # -- running ------------------------------------------------------------------------------
 
     def _request(self, kind: Kind, **values: Any) -> Request:
-        return Request(self.claimed.id, self.claimed.epoch, kind, self.claimed.attempt, **values)
+        c = self.claimed
+        return Request(c.id, c.epoch, kind, c.attempt, partition=c.partition, **values)
 
     def _write(self, kind: Kind, *, terminal: bool = False, **values: Any) -> bool:
         """Send a write and wait until it is committed; False when it was fenced out."""
@@ -349,7 +350,9 @@ class Execution:
         final = c.attempt > c.max_retries
         delay = None if final else backoff(c.attempt, self.workflow.retry_base, self.workflow.retry_cap)
         message = f"attempt {c.attempt} ended without its final write: {why}"[:MAX_ERROR_CHARS]
-        return Request(c.id, c.epoch, "fail", c.attempt, error=message, final=final, delay=delay)
+        return Request(
+            c.id, c.epoch, "fail", c.attempt, error=message, final=final, delay=delay, partition=c.partition
+        )
 
     def _lost(self, began: float) -> None:
         if self.write_error is not None:

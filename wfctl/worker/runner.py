@@ -47,6 +47,7 @@ from wfctl.worker.options import WorkerOptions
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
 from wfctl.worker.stopping import Stopper
 from wfctl.worker.sweep import SweepDuty
+from wfctl.worker.targets import PartitionTargets
 from wfctl.worker.transactions import TransactionPool
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
@@ -131,6 +132,8 @@ class Worker:
         # once a second (or poll interval, if shorter) finds what landed behind it
         # (claims.Frontier): a claim after a second of quiet scans from the head anyway
         self.frontier = claims.Frontier(full_every=min(options.poll, claims.FULL_SCAN_EVERY))
+        # the partitioned layout: the partitions the group commit writes in (claims carry them)
+        self.targets = PartitionTargets()
         # the stale sweep: requeue the runs of workers that missed their heartbeats (after the
         # heartbeat when both are due; off while stopping, and with --no-sweep)
         self.sweep: SweepDuty | None = None
@@ -506,7 +509,7 @@ class Worker:
         while self.requests and len(batch) < self.options.max_batch:
             batch.append(self.requests.popleft())
         try:
-            self._with_db("flush", flush, batch)
+            self._with_db("flush", flush, batch, self.targets)
         except GaveUp as exc:
             for request in batch:
                 request.abort(exc)
@@ -547,7 +550,7 @@ class Worker:
                     request.abort(failed[key])
                 continue
             try:
-                self._with_db("flush", flush, list(group))
+                self._with_db("flush", flush, list(group), self.targets)
             except GaveUp as exc:
                 for request in group:
                     request.abort(exc)

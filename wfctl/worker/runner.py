@@ -259,7 +259,9 @@ class Worker:
         if self._pooled:
             return conn
         if self.options.prepare:
-            conn.prepare_threshold = 5
+            # at the first execution: a statement planned generically over 41 partitions costs
+            # 5-20 ms, and psycopg's default (the sixth) planned each one five times per worker
+            conn.prepare_threshold = 0
             conn.execute(q("worker.session_setup"))
         if self.options.listen:
             claims.listen(conn)

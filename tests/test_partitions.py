@@ -274,6 +274,26 @@ def test_the_group_commit_finds_a_renamed_partition_through_the_parent(pdsn):
         assert rows(pdsn, "SELECT status, current_step FROM workflows") == [("completed", 1)]
 
 
+def test_a_run_in_the_default_partition_is_written_after_its_partition_is_made(pdsn):
+    """A run created in an interval without a partition lands in the default partition, and
+    moves out when the partition is made (by the worker's duty, while the run is held): the
+    group commit writes such a run through the parents, which find it in its new partition."""
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        conn.execute(q("worker.session_setup"))
+        (run,) = claimed_in_partitions(conn, new=0, old_days=3)  # no partition 3 days back
+        targets = PartitionTargets()
+        assert run.partition == conn.execute("SELECT 'workflows_default'::regclass::oid").fetchone()[0]  # type: ignore[index]
+        targets.of(conn, run.partition)  # looked up before the move, as a worker would
+        old_partitions(pdsn, 3)
+        assert partition_of(conn, "workflows", 3) != "workflows_default"
+        batch = step_and_completion(run)
+        flush(conn, batch, targets)
+        assert [r.ok for r in batch] == [True, True]
+        assert rows(pdsn, "SELECT tableoid::regclass::text, status, current_step FROM workflows") == [
+            (partition_of(conn, "workflows", 3), "completed", 1)
+        ]
+
+
 def test_the_partition_duty_tells_the_worker_its_layout(dsn, pdsn):
     """The worker bounds its claims (Frontier.bounded) by what its partition duty reports: the
     floor and the created_at bound are the partitioned layout's only."""

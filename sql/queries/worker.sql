@@ -256,7 +256,9 @@ LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch;
 -- Where the partitioned layout's group commit writes the runs of one workflows partition
 -- (%(oid)s, the claim's tableoid): its schema and name, and the workflow_attempts partition
 -- with the same bounds (NULL: none, and that table is written through its parent). No row:
--- not a partition of workflows (any more).
+-- not a partition of workflows (any more), or its default partition, whose rows move out
+-- when their interval's partition is made (wfctl_create_partition): those are written through
+-- the parents, which find a row wherever it is.
 SELECT n.nspname AS schema, wf.relname AS workflows,
        (SELECT a.relname
         FROM pg_inherits ai
@@ -268,7 +270,8 @@ SELECT n.nspname AS schema, wf.relname AS workflows,
 FROM pg_class wf
 JOIN pg_namespace n ON n.oid = wf.relnamespace
 JOIN pg_inherits wi ON wi.inhrelid = wf.oid AND wi.inhparent = 'workflows'::regclass
-WHERE wf.oid = %(oid)s;
+JOIN pg_partitioned_table pt ON pt.partrelid = wi.inhparent
+WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 
 -- name: heartbeat
 -- One statement per beat: register/refresh the worker row, and touch updated_at of the

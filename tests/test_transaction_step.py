@@ -247,14 +247,23 @@ def test_a_worker_frozen_between_fence_and_commit_lets_go_of_the_row(dsn: str, w
         blocker.rollback()
     try:
         # the checkpoint is written; the frozen worker's COMMIT never comes, and the row is locked
-        wait_for(
-            lambda: rows(
+        try:
+            wait_for(
+                lambda: rows(
+                    dsn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
+                    " AND query LIKE '%%wfctl_step_done%%' AND datname = current_database()",
+                )[0][0],
+                what="the frozen transaction to hold the row",
+            )
+        except AssertionError as exc:  # once in CI (embedded PostgreSQL 18): say what the sessions did
+            sessions = rows(
                 dsn,
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
-                " AND query LIKE '%%wfctl_step_done%%' AND datname = current_database()",
-            )[0][0],
-            what="the frozen transaction to hold the row",
-        )
+                "SELECT state, wait_event_type, wait_event, now() - xact_start, now() - state_change,"
+                " left(query, 80) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()",
+            )
+            raise AssertionError(f"{exc}; the database's sessions: {sessions}") from None
         assert rows(dsn, "SELECT id FROM workflows WHERE id = %s FOR UPDATE SKIP LOCKED", wid) == []
         other = workers.start(app=APP)
         # polled with plain reads: wfctl.result would also wait for the row, and hang if held

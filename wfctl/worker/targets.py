@@ -31,7 +31,7 @@ PARENTS = Targets()
 class PartitionTargets:
     """Where the runs of each workflows partition are written, by the partition's oid; a
     worker keeps one (the names of a partition do not change while it holds a running run,
-    and ``forget`` drops an entry when they did: a partition renamed or detached by hand)."""
+    and ``forget`` drops an entry when they did: a partition renamed or dropped by hand)."""
 
     def __init__(self) -> None:
         self._known: dict[int, Targets] = {}

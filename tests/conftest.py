@@ -5,7 +5,7 @@ else an embedded PostgreSQL 18 started in a temporary directory for this run. Ei
 trusts Unix-socket connections and, where it listens on 127.0.0.1, asks TCP clients for a
 password (scram-sha-256), so the authentication tests have something to fail against.
 
-Under pytest-xdist (``pytest -n 3 --dist loadgroup``, what CI runs) every session-scoped fixture
+Under pytest-xdist (``pytest -n 2 --dist loadgroup``, what CI runs) every session-scoped fixture
 here is per worker: each worker starts its own embedded server and makes its own template;
 ``WFCTL_TEST_DSN``'s server is shared, and a test marked ``alone`` runs with no other test in
 flight (tests/parallel.py).

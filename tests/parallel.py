@@ -1,4 +1,4 @@
-"""Running the suite on several pytest-xdist workers (``pytest -n 3``; importable as ``parallel``).
+"""Running the suite on several pytest-xdist workers (``pytest -n 2``; importable as ``parallel``).
 
 Each xdist worker is a process with its own session: its own embedded server (when
 ``WFCTL_TEST_DSN`` is not set), its own migrated template, its own databases. What they still

@@ -20,8 +20,16 @@ END
 $$;
 
 -- name: watch
--- Ask for an announcement when this workflow finishes (its trigger notifies only then).
-UPDATE workflows SET awaited = true WHERE id = %(id)s AND NOT awaited;
+-- Ask for an announcement when this workflow finishes (its trigger notifies only then). The
+-- UPDATE holds the row until it commits, and a claim at that moment skips it (SKIP LOCKED):
+-- when the run is runnable, wake the workers again at this commit, or the run would wait for
+-- the next poll (a submit followed at once by a wait for its result meets this often).
+WITH watched AS (
+    UPDATE workflows SET awaited = true
+    WHERE id = %(id)s AND NOT awaited
+    RETURNING status, run_at
+)
+SELECT pg_notify(wfctl_channel(), '') FROM watched WHERE status = 'pending' AND run_at <= now();
 
 -- name: outcome
 SELECT status, output_data, error_message FROM workflows WHERE id = %(id)s;

@@ -34,6 +34,15 @@ def gate(wid: str, name: str, value: Any) -> Any:
     return value
 
 
+def second_gate(wid: str, name: str, value: Any) -> Any:
+    """Like ``gate``, on the file $WFCTL_TEST_GATE with ``.second`` appended."""
+    _record(f"{wid} {name}")
+    gate_file = os.environ.get("WFCTL_TEST_GATE")
+    while gate_file and os.path.exists(gate_file + ".second"):
+        time.sleep(0.01)
+    return value
+
+
 def boom(wid: str, name: str, message: str) -> None:
     _record(f"{wid} {name}")
     raise RuntimeError(message)
@@ -47,6 +56,16 @@ def three(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
     b = ctx.step("two", gate if gated == 2 else effect, wid, "two", 2)
     c = ctx.step("three", gate if gated == 3 else effect, wid, "three", 3)
     return {"sum": a + b + c}
+
+
+@wfctl.workflow("held_twice")
+def held_twice(ctx: wfctl.Context, data: dict[str, Any]) -> str:
+    """Held in step one by the gate file and in step two by the second gate file: a test can
+    hold the worker in step one, then in the checkpoint between, then in step two."""
+    wid = str(ctx.workflow_id)
+    ctx.step("one", gate, wid, "one", 1)
+    ctx.step("two", second_gate, wid, "two", 2)
+    return "done"
 
 
 @wfctl.workflow("flaky", max_retries=3, retry_base=0.05, retry_cap=0.2)

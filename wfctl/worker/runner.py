@@ -480,6 +480,9 @@ class Worker:
 
     def _claim(self) -> int:
         limit = self._free_slots()
+        # the wake-ups counted so far are for rows this claim's snapshot sees; one that comes
+        # during the statement is read with its reply and counted by the next wait (_wait), so
+        # a wake-up that raced the claim leads to another claim
         self._wakeups = 0
         self.poll.ran(time.monotonic())
         try:
@@ -716,19 +719,32 @@ class Worker:
         self._abandon_due = time.monotonic() + self.options.heartbeat
 
     def _wait(self) -> None:
-        now = time.monotonic()
+        watch = [self._wake_r]
+        if self._listening():
+            # A NOTIFY that arrived during the last statement (a claim, a flush, a heartbeat)
+            # was read off the socket with its reply and waits in the connection's backlog: the
+            # socket has nothing more to say. Count those first, and never sleep holding one.
+            before = self.conn
+            if self._drain_notifications() or self.conn is not before:
+                return  # a wake-up to act on, or a new connection (the loop claims at once)
+            if before is not None and not before.closed:
+                watch.append(before.fileno())
         wake_at = self.duties.next_due()
         if self.stopper.deadline is not None:
             wake_at = min(wake_at, self.stopper.deadline)
-        timeout = max(0.0, wake_at - now)
-        watch = [self._wake_r]
-        conn = self.conn
-        if self._listening() and conn is not None and not conn.closed:
-            watch.append(conn.fileno())
-        self._select(watch, timeout)
+        self._select(watch, max(0.0, wake_at - time.monotonic()))
         if self._listening():
-            with contextlib.suppress(psycopg.Error):
-                self._wakeups += self._with_db("listen", claims.drain_notifications)
+            self._drain_notifications()
+
+    def _drain_notifications(self) -> int:
+        """Count the wake-ups received (during earlier statements or waiting on the socket now)
+        towards the next claim; how many there were."""
+        try:
+            found: int = self._with_db("listen", claims.drain_notifications)
+        except psycopg.Error:
+            return 0
+        self._wakeups += found
+        return found
 
     # -- stopping -----------------------------------------------------------------------------
 

@@ -11,8 +11,10 @@ work to start long before any timer could have fired.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +37,30 @@ def status(dsn: str, wid: uuid.UUID) -> str:
     return rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid)[0][0]
 
 
-def test_a_submit_announced_during_a_flush_is_claimed_without_waiting_for_the_poll(
-    dsn: str, workers: Any
-) -> None:
+@contextlib.contextmanager
+def a_run_held_in_step_one(dsn: str, workers: Any) -> Iterator[uuid.UUID]:
+    """A worker whose every timer (poll, heartbeat, sweep, deadlines, schedules) is a minute
+    away, running a ``held_twice`` run held in step one by the gate file; step two stays held by
+    the second gate file until the test ends."""
     gate: Path = workers.gate
     second = Path(f"{gate}.second")
     gate.touch()
     second.touch()
     try:
-        # every timer of the worker (poll, heartbeat, sweep, deadlines, schedules) a minute away
         workers.start("--poll", LONG, "--heartbeat", LONG)
         held = wfctl.submit(dsn, "held_twice")
         wait_for(lambda: (str(held), "one") in workers.effects(), what="step one of the held run to start")
+        yield held
+    finally:
+        second.unlink(missing_ok=True)
+        gate.unlink(missing_ok=True)
+
+
+def test_a_submit_announced_during_a_flush_is_claimed_without_waiting_for_the_poll(
+    dsn: str, workers: Any
+) -> None:
+    gate: Path = workers.gate
+    with a_run_held_in_step_one(dsn, workers) as held:
         with psycopg.connect(dsn) as blocker:
             # the worker holds no lock on its run between statements: take the row, so that
             # step one's checkpoint (the group commit) waits inside its statement
@@ -65,9 +79,6 @@ def test_a_submit_announced_during_a_flush_is_claimed_without_waiting_for_the_po
         )
         assert (str(held), "two") in workers.effects()
         assert status(dsn, held) == "running"
-    finally:
-        second.unlink(missing_ok=True)
-        gate.unlink(missing_ok=True)
 
 
 def test_a_run_skipped_while_a_result_wait_held_its_row_is_claimed_at_that_commit(
@@ -76,13 +87,7 @@ def test_a_run_skipped_while_a_result_wait_held_its_row_is_claimed_at_that_commi
     """``wfctl.result`` marks the run awaited with an UPDATE; a claim that comes while that
     UPDATE holds the row skips it (SKIP LOCKED), and nothing but that wait's commit says so."""
     gate: Path = workers.gate
-    second = Path(f"{gate}.second")
-    gate.touch()
-    second.touch()
-    try:
-        workers.start("--poll", LONG, "--heartbeat", LONG)
-        held = wfctl.submit(dsn, "held_twice")
-        wait_for(lambda: (str(held), "one") in workers.effects(), what="step one of the held run to start")
+    with a_run_held_in_step_one(dsn, workers) as held:
         with psycopg.connect(dsn) as blocker, psycopg.connect(dsn) as waiter:
             # hold the worker inside a flush while the run is submitted and its wait begins
             blocker.execute("SELECT 1 FROM workflows WHERE id = %s FOR UPDATE", (held,))
@@ -103,9 +108,6 @@ def test_a_run_skipped_while_a_result_wait_held_its_row_is_claimed_at_that_commi
             timeout=PROMPT,
             what=f"the run the claim skipped to complete (the poll is {LONG} away)",
         )
-    finally:
-        second.unlink(missing_ok=True)
-        gate.unlink(missing_ok=True)
 
 
 class Interleaved(psycopg.Connection[Any]):

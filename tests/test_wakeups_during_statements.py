@@ -110,6 +110,86 @@ def test_a_run_skipped_while_a_result_wait_held_its_row_is_claimed_at_that_commi
         )
 
 
+def test_a_run_skipped_while_a_message_to_it_was_being_sent_is_claimed_at_the_send_commit(
+    dsn: str, workers: Any
+) -> None:
+    """A send holds its workflow's row until the sender commits (the foreign key's share lock;
+    here the delivery trigger's own lock, made immediate, so that the test holds in either
+    layout); a claim meanwhile skips the run, and the send's commit must say it is there."""
+    gate: Path = workers.gate
+    with a_run_held_in_step_one(dsn, workers) as held:
+        with psycopg.connect(dsn) as blocker, psycopg.connect(dsn) as sender:
+            blocker.execute("SELECT 1 FROM workflows WHERE id = %s FOR UPDATE", (held,))
+            gate.unlink()
+            wait_for_worker_session(dsn, "wait_event_type = 'Lock'", what="the checkpoint blocked on the row")
+            skipped = wfctl.submit(dsn, "three", {})
+            sender.execute("SET CONSTRAINTS workflow_messages_wake IMMEDIATE")
+            wfctl.send(sender, skipped, "note", {"hello": 1})  # not a topic it waits on: it waits on none
+            blocker.commit()
+            wait_for(lambda: (str(held), "two") in workers.effects(), what="the held run to reach step two")
+            wait_for_worker_session(
+                dsn, "state = 'idle' AND query LIKE '-- Claim up to%'", what="the worker's claim to end"
+            )
+            assert status(dsn, skipped) == "pending"
+            sender.commit()
+        wait_for(
+            lambda: status(dsn, skipped) == "completed",
+            timeout=PROMPT,
+            what=f"the run the claim skipped to complete (the poll is {LONG} away)",
+        )
+
+
+def test_a_due_parent_skipped_while_its_child_finished_is_claimed_at_that_commit(
+    dsn: str, workers: Any
+) -> None:
+    """A child's end locks its parent's row in the transaction that ends the child; a parent
+    that is due (here: made due in that same transaction, so no worker took it before) and
+    skipped by a claim meanwhile is announced by that commit. Its run_at (that transaction's
+    start) sorts behind the run the worker claimed meanwhile: the claim must scan from the
+    head."""
+    workers.start("--poll", LONG, "--heartbeat", LONG)
+    parent = wfctl.submit(dsn, "three", {}, delay="1h")
+    child = wfctl.submit(dsn, "three", {}, delay="1h")
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("UPDATE workflows SET parent_id = %s WHERE id = %s", (parent, child))
+    with psycopg.connect(dsn) as ender:
+        ender.execute("UPDATE workflows SET run_at = now() WHERE id = %s", (parent,))
+        ender.execute(
+            "UPDATE workflows SET status = 'cancelled', finished_at = now() WHERE id = %s", (child,)
+        )
+        other = wfctl.submit(dsn, "three", {})  # its NOTIFY makes the worker claim now
+        wait_for(lambda: status(dsn, other) == "completed", what="the other run to complete")
+        wait_for_worker_session(
+            dsn, "state = 'idle' AND query LIKE '-- Claim up to%'", what="the worker's claim to end"
+        )
+        assert status(dsn, parent) == "pending"
+        ender.commit()
+    wait_for(
+        lambda: status(dsn, parent) == "completed",
+        timeout=PROMPT,
+        what=f"the parent the claim skipped to complete (the poll is {LONG} away)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("workflow", "data"),
+    [("sleeper", {"sleep": "1s"}), ("flaky", {"fail_times": 2})],
+    ids=["a sleep", "a retry's backoff"],
+)
+def test_a_run_this_worker_parked_or_backed_off_resumes_when_due_not_at_the_poll(
+    dsn: str, workers: Any, workflow: str, data: dict[str, Any]
+) -> None:
+    """Nothing announces a due time: the worker that parked the run (or put it back to retry)
+    knows when, and claims then."""
+    workers.start("--poll", LONG, "--heartbeat", LONG)
+    wid = wfctl.submit(dsn, workflow, data)
+    wait_for(
+        lambda: status(dsn, wid) == "completed",
+        timeout=PROMPT,
+        what=f"the {workflow} run to complete (the poll is {LONG} away)",
+    )
+
+
 class Interleaved(psycopg.Connection[Any]):
     """A client connection on which, right after the first read of the run's outcome that finds
     it unfinished, another session finishes the run and this connection runs one more statement:

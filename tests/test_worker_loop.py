@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from wfctl.errors import InvalidInput
-from wfctl.worker.duties import Duties, Duty
+from wfctl.worker.duties import ALARM_HORIZON, Duties, Duty, Poll
 from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, should_claim
 
@@ -51,6 +51,28 @@ def test_an_inactive_timer_does_not_wake_the_loop():
     room[0] = False  # every slot taken: polling is pointless
     assert duties.next_due() == clock.now + 10.0
     assert "poll" not in duties.run_due()  # a timer is acted on by the loop, not run
+
+
+def test_a_poll_alarm_survives_a_claim_in_between_and_the_polls_resume_after_it():
+    clock = FakeClock()
+    duties = Duties(clock)
+    poll = duties.add_timer(Poll("poll", 30.0, lambda: None))
+    poll.ran(clock.now)  # a claim now: the next poll is 30 s away
+    poll.alarm(clock.now + 2.0)  # a run this worker parked is due in 2 s
+    poll.alarm(clock.now + 5.0)  # another backs off for 5 s
+    assert duties.next_due() == clock.now + 2.0
+    clock.now += 1.0
+    poll.ran(clock.now)  # a claim for a NOTIFY in between keeps both alarms
+    assert poll.next_at == clock.now + 1.0
+    clock.now += 1.0
+    assert poll.is_due(clock.now)
+    poll.ran(clock.now)
+    assert poll.next_at == clock.now + 3.0
+    clock.now += 3.0
+    poll.ran(clock.now)
+    assert poll.next_at == clock.now + 30.0  # no alarm left: the poll interval again
+    poll.alarm(clock.now + 30.0 + ALARM_HORIZON + 1)  # far beyond the polls: left to them
+    assert poll.next_at == clock.now + 30.0
 
 
 @pytest.mark.parametrize(

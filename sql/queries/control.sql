@@ -66,7 +66,7 @@ WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')
 RETURNING w.current_step;
 
 -- name: notify
-SELECT pg_notify(wfctl_channel(), '');
+SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: prune_count
 SELECT count(*) AS workflows,

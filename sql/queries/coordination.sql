@@ -29,7 +29,7 @@ WITH watched AS (
     WHERE id = %(id)s AND NOT awaited
     RETURNING status, run_at
 )
-SELECT pg_notify(wfctl_channel(), '') FROM watched WHERE status = 'pending' AND run_at <= now();
+SELECT pg_notify(wfctl_channel(), 'head') FROM watched WHERE status = 'pending' AND run_at <= now();
 
 -- name: outcome
 SELECT status, output_data, error_message FROM workflows WHERE id = %(id)s;

@@ -78,7 +78,7 @@ WITH changed AS (
         updated_at = now()
     RETURNING l.workflow_type
 )
-SELECT pg_notify(wfctl_channel(), '') FROM changed;
+SELECT pg_notify(wfctl_channel(), 'head') FROM changed;
 
 -- name: clear
 -- `wfctl limit TYPE --clear`: drop the operator's values; the code's, if any, apply again (a
@@ -91,7 +91,7 @@ WITH cleared AS (
       AND coalesce(concurrency, key_concurrency, rate_count) IS NOT NULL
     RETURNING workflow_type
 )
-SELECT pg_notify(wfctl_channel(), '') FROM cleared;
+SELECT pg_notify(wfctl_channel(), 'head') FROM cleared;
 
 -- name: list
 -- `wfctl limits`: every type with a limit in force (or only %(type)s), the operator's and the

@@ -95,7 +95,7 @@ WHERE w.status = 'running'
 ORDER BY w.updated_at;
 
 -- name: notify
-SELECT pg_notify(wfctl_channel(), '');
+SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: slowest_live_worker
 -- The guard on `recover --stale X`: of the live workers (heartbeat fresh by their own rule, not

@@ -15,7 +15,7 @@ END
 $$;
 
 -- name: notify
-SELECT pg_notify(wfctl_channel(), '');
+SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: claim
 -- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then

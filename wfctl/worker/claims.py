@@ -110,6 +110,11 @@ class Frontier:
             return None
         return self.key
 
+    def rescan(self) -> None:
+        """Have the next claim scan from the head: a run was announced that may sort behind
+        the key."""
+        self.full_at = float("-inf")
+
     def floor_for(self, after: FrontierKey | None) -> datetime | None:
         """The floor of a claim that starts after ``after`` (None: no bound)."""
         return self.floor if self.bounded and after is not None else None
@@ -199,6 +204,18 @@ def listen(conn: psycopg.Connection[Any]) -> None:
     conn.execute(q("worker.listen"))
 
 
-def drain_notifications(conn: psycopg.Connection[Any]) -> int:
-    """How many wake-ups arrived (received now or during earlier statements)."""
-    return sum(1 for _ in conn.notifies(timeout=0))
+#: The payload of a wake-up for a run that may sort behind the frontier (a message, a child's
+#: end, a result wait, a hand-back, a requeue, a retry, a limit raised): a submit's is empty.
+BEHIND = "head"
+
+
+@dataclass(frozen=True)
+class Wakeups:
+    count: int  # wake-ups received, now or during earlier statements
+    behind: bool  # one of them was for a run that may sort behind the frontier
+
+
+def drain_notifications(conn: psycopg.Connection[Any]) -> Wakeups:
+    """The wake-ups that arrived (received now or during earlier statements)."""
+    payloads = [note.payload for note in conn.notifies(timeout=0)]
+    return Wakeups(len(payloads), BEHIND in payloads)

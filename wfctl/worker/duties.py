@@ -10,10 +10,12 @@ test each.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from typing import TypeVar
 
 Clock = Callable[[], float]
+ALARM_HORIZON = 3600.0  # seconds: Poll.alarm ignores alarms further ahead than its next poll
 D = TypeVar("D", bound="Duty")
 
 
@@ -54,6 +56,39 @@ class Duty:
     def run(self, now: float) -> None:
         self.ran(now)
         self.action()
+
+
+class Poll(Duty):
+    """Polling for work: every ``interval`` seconds, and at each alarm set in between (a run this
+    worker parked or backed off becomes due then, or a rate limit lets the next start go),
+    which a claim for another reason meanwhile does not cancel. Nothing announces a due time
+    with a NOTIFY: without the alarm such a run would wait for the poll."""
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        action: Callable[[], object],
+        *,
+        active: Callable[[], bool] = lambda: True,
+    ) -> None:
+        super().__init__(name, interval, action, active=active)
+        self._alarms: list[float] = []
+
+    def alarm(self, at: float) -> None:
+        """Be due at ``at`` (on the loop's clock) as well; an alarm more than ALARM_HORIZON
+        ahead is left to the polls (the heap stays small under long sleeps)."""
+        if at - self.next_at > ALARM_HORIZON:
+            return
+        heapq.heappush(self._alarms, at)
+        self.next_at = min(self.next_at, at)
+
+    def ran(self, now: float) -> None:
+        super().ran(now)
+        while self._alarms and self._alarms[0] <= now:
+            heapq.heappop(self._alarms)
+        if self._alarms:
+            self.next_at = min(self.next_at, self._alarms[0])
 
 
 class Duties:

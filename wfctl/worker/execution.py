@@ -89,6 +89,9 @@ class Execution:
         # only committed when the database shows it, so a run never completes without its steps
         self._last_step = claimed.current_step
         self.outcome: str | None = None
+        # parked until a time or backing off: seconds from the settling write until the run is
+        # due again (the database's run_at is no later: its clock read before this one's)
+        self.due_in: float | None = None
         self.write_error: BaseException | None = None  # a write failed (not fenced): the database
         self.crash: str | None = None  # why the run ended without any final write being tried
 
@@ -271,6 +274,8 @@ class Execution:
                 self._lost(began)
         except Parked as parked:
             self.outcome = "parked"
+            if parked.wake_at is not None:
+                self.due_in = max(0.0, (parked.wake_at - self.now()).total_seconds())
             until = parked.wake_at.isoformat(timespec="seconds") if parked.wake_at else None
             self._log.event("parked", self.id, waiting_for=parked.waiting_for, until=until, **fields)
         except Released:
@@ -330,6 +335,7 @@ class Execution:
             self._log.event("failed", f"{self.id} {summary}", level="error", **fields)
         else:
             self.outcome = "retry"
+            self.due_in = delay or 0.0
             self._log.event(
                 "retry",
                 f"{self.id} {summary}",

@@ -39,7 +39,7 @@ from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat, ticks
 from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import Request, flush, merge
-from wfctl.worker.duties import Duties, Duty
+from wfctl.worker.duties import Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.log import WorkerLog
@@ -60,6 +60,7 @@ class GaveUp(Exception):
 
 
 RECONNECT_MAX_DELAY = 5.0
+ALARM_SLACK = 0.01  # seconds after a parked or backing-off run's due time that the worker claims
 BURST_RECHECK = 0.05  # --burst: the shortest wait before claiming work found due again
 
 
@@ -121,7 +122,7 @@ class Worker:
         # claim policy, and only wakes the loop while there is room to claim
         self.duties = Duties(time.monotonic)
         self.heartbeat = self.duties.add(Duty("heartbeat", options.heartbeat, self._beat))
-        self.poll = Duty(
+        self.poll = Poll(
             "poll",
             options.poll,
             lambda: None,
@@ -494,7 +495,7 @@ class Worker:
         self._more = len(batch.claimed) == limit
         if batch.retry_in is not None:
             # a rate limit held runnable work back: claim again when it lets the next start go
-            self.poll.next_at = min(self.poll.next_at, time.monotonic() + batch.retry_in)
+            self.poll.alarm(time.monotonic() + batch.retry_in)
         for claimed in batch.claimed:
             execution = Execution(
                 claimed,
@@ -665,7 +666,7 @@ class Worker:
         wait = burst.wait_seconds(found)
         if wait is not None:
             due = time.monotonic() + max(wait, BURST_RECHECK)
-            self.poll.next_at = min(self.poll.next_at, due)
+            self.poll.alarm(due)
             return False
         self.log.info(burst.leaving(found, self.options.burst_wait))
         return True
@@ -700,6 +701,9 @@ class Worker:
                 self.heartbeat.soon()
             else:
                 self._more = True  # a slot is free: there may be more waiting
+                if execution.due_in is not None:
+                    # parked until a time, or backing off: nothing will announce it when due
+                    self.poll.alarm(time.monotonic() + execution.due_in + ALARM_SLACK)
         self._start_ready()
 
     def _abandon(self, execution: Execution) -> None:
@@ -740,11 +744,13 @@ class Worker:
         """Count the wake-ups received (during earlier statements or waiting on the socket now)
         towards the next claim; how many there were."""
         try:
-            found: int = self._with_db("listen", claims.drain_notifications)
+            found: claims.Wakeups = self._with_db("listen", claims.drain_notifications)
         except psycopg.Error:
             return 0
-        self._wakeups += found
-        return found
+        if found.behind:
+            self.frontier.rescan()
+        self._wakeups += found.count
+        return found.count
 
     # -- stopping -----------------------------------------------------------------------------
 

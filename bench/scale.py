@@ -400,6 +400,7 @@ def worker_params() -> dict[str, Any]:
         "after_run_at": None,
         "after_id": None,
         "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
+        "addressable": True,  # a worker that listens: its claim marks it idle or not
     }
 
 

@@ -22,7 +22,7 @@ BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$10 for its named parameters, to PREPARE it as the worker does."""
+    """worker.claim with $1..$11 for its named parameters, to PREPARE it as the worker does."""
     names = [
         "types",
         "retries",
@@ -34,6 +34,7 @@ def claim_sql_with_placeholders() -> str:
         "after_run_at",
         "after_id",
         "floor",
+        "addressable",
     ]
     casts = [
         "text[]",
@@ -46,6 +47,7 @@ def claim_sql_with_placeholders() -> str:
         "timestamptz",
         "uuid",
         "timestamptz",
+        "boolean",
     ]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
@@ -87,7 +89,7 @@ def claim(
             psycopg.ClientCursor(conn)
             .execute(  # EXECUTE takes no bound parameters
                 "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1',"
-                " NULL, NULL, NULL, NULL)",
+                " NULL, NULL, NULL, NULL, true)",
                 (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH),
             )
             .fetchall()

@@ -27,9 +27,9 @@ $$;
 WITH watched AS (
     UPDATE workflows SET awaited = true
     WHERE id = %(id)s AND NOT awaited
-    RETURNING status, run_at
+    RETURNING status, run_at, workflow_type
 )
-SELECT pg_notify(wfctl_channel(), 'head') FROM watched WHERE status = 'pending' AND run_at <= now();
+SELECT wfctl_wake(workflow_type, 'head') FROM watched WHERE status = 'pending' AND run_at <= now();
 
 -- name: outcome
 SELECT status, output_data, error_message FROM workflows WHERE id = %(id)s;

@@ -14,6 +14,17 @@ BEGIN
 END
 $$;
 
+-- name: listen_own
+-- The worker's own channel (migration 0014), where a wake-up addressed to it alone comes.
+-- {worker} is its id, composed as a literal (a DO block takes no parameters).
+DO $$
+BEGIN
+    IF to_regprocedure('wfctl_worker_channel(text)') IS NOT NULL THEN
+        EXECUTE format('LISTEN %I', wfctl_worker_channel({worker}));
+    END IF;
+END
+$$;
+
 -- name: notify
 SELECT pg_notify(wfctl_channel(), 'head');
 
@@ -135,8 +146,25 @@ charged AS (
     ) AS u
     WHERE l.workflow_type = u.workflow_type
       AND (u.moved OR (u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL))
+),
+marked AS (
+    -- whether this worker waits for wake-ups now (migration 0014): its claim left threads
+    -- free (%(room)s: its threads not yet given a run, claimed ahead or running); written only
+    -- when that changes. A worker that hears no addressed wake-ups never is.
+    UPDATE workers k
+    SET idle = t.idle
+    FROM (SELECT %(addressable)s AND count(*) < %(room)s AS idle FROM claimed) AS t
+    WHERE k.id = %(owner)s AND k.idle IS DISTINCT FROM t.idle
+),
+passed AS (
+    -- a claim that came back full may have left runnable work behind: wake another idle
+    -- worker of these types (none idle: every worker claims again as its slots free)
+    SELECT wfctl_wake_idle(%(types)s::text[], '') AS woken
+    FROM (SELECT count(*) AS got FROM claimed) AS t
+    WHERE t.got >= %(limit)s
 )
 SELECT c.*, NULL::float8 AS retry_in FROM claimed c
+WHERE (SELECT count(*) FROM passed) >= 0
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, h.retry_in
@@ -279,12 +307,17 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- Returns what the database thinks this worker runs, to notice lost leases early. The row
 -- carries the worker's heartbeat interval and the silence after which it counts as dead
 -- (migration 0004): everyone judges this worker by them.
+-- wake_channel (migration 0014): the channel it takes addressed wake-ups on, NULL when it
+-- does not listen (--no-listen, a transaction pooler).
 WITH beat AS (
     INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
-                         heartbeat_seconds, dead_after_seconds)
+                         heartbeat_seconds, dead_after_seconds, wake_channel)
     VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s,
-            %(interval)s, %(dead_after)s)
-    ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), stopped_at = NULL
+            %(interval)s, %(dead_after)s,
+            CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END)
+    ON CONFLICT (id) DO UPDATE
+    SET heartbeat_at = now(), stopped_at = NULL, wake_channel = excluded.wake_channel,
+        idle = workers.idle AND excluded.wake_channel IS NOT NULL
     RETURNING id
 )
 UPDATE workflows

@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import class_row
 
 from wfctl.context import RecordedStep
@@ -68,6 +69,9 @@ class Claimed:
     #: The partitioned layout: the oid of the workflows partition holding the run, where the
     #: group commit writes it (wfctl/worker/targets.py); None: through the parent tables.
     partition: int | None = None
+    #: Taken within a concurrency limit (wfctl_claim_limited): its end may let the next run of
+    #: its type go, and nothing announces that, so the worker claims again when it ends.
+    limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class Batch:
 
     claimed: list[Claimed]
     retry_in: float | None = None
+    idle: bool = False  # the statement marked the worker idle: it waits for a wake-up
 
 
 FrontierKey = tuple[int, datetime, UUID]  # (priority, run_at, id) in the runnable index
@@ -144,11 +149,16 @@ def claim(
     policies: dict[str, Policy],
     limit: int,
     frontier: Frontier | None = None,
+    *,
+    addressable: bool = False,
+    room: int = 0,
 ) -> Batch:
     """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
     type sets when the submitter left it unset), within the types' limits, the unlimited types'
     from ``frontier`` on (None: from the head) which then moves past what was taken. One
-    statement, one commit."""
+    statement, one commit. ``addressable``: the worker hears wake-ups addressed to it, and the
+    statement marks it idle when it takes fewer than ``room`` runs (its threads without a run:
+    some stay free), not idle otherwise (migration 0014); ``Batch.idle`` says which."""
     if limit <= 0 or not policies:
         return Batch([])
     types = list(policies)
@@ -165,6 +175,8 @@ def claim(
         "after_run_at": after[1] if after else None,
         "after_id": after[2] if after else None,
         "floor": frontier.floor_for(after) if frontier is not None else None,
+        "addressable": addressable,
+        "room": room,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
@@ -193,15 +205,18 @@ def claim(
             deadline_at=row.deadline_at,
             deadline_error=row.deadline_error,
             partition=row.partition if pruned else None,
+            limited=row.in_order is False,
         )
         for row in rows
         if row.id is not None
     ]
-    return Batch(claimed, min(hints) if hints else None)
+    return Batch(claimed, min(hints) if hints else None, idle=addressable and len(claimed) < room)
 
 
-def listen(conn: psycopg.Connection[Any]) -> None:
+def listen(conn: psycopg.Connection[Any], owner: str) -> None:
+    """LISTEN on the schema's channel and on the worker's own (addressed wake-ups)."""
     conn.execute(q("worker.listen"))
+    conn.execute(sql.SQL(q("worker.listen_own")).format(worker=sql.Literal(owner)))
 
 
 #: The payload of a wake-up for a run that may sort behind the frontier (a message, a child's

@@ -49,6 +49,7 @@ def beat(
     *,
     interval: float,
     dead_after: float,
+    addressable: bool = False,
 ) -> dict[UUID, int]:
     """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds)
     and the ``updated_at`` of its running workflows, in one statement. Returns
@@ -65,6 +66,7 @@ def beat(
                 "version": __version__,
                 "interval": interval,
                 "dead_after": dead_after,
+                "addressable": addressable,
             },
         ).fetchall()
     return {row.id: row.lease_epoch for row in rows}

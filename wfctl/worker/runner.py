@@ -21,6 +21,7 @@ heartbeats (wfctl/worker/sweep.py), and it can report its readiness over HTTP or
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import select
@@ -114,6 +115,7 @@ class Worker:
         self._work: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
+        self._idle = False  # the last claim marked this worker idle in the database (workers.idle)
         self._pooled = False  # found a transaction pooler in between: poll, prepare nothing
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
         # periodic duties, in the order they run when several are due: the heartbeat first
@@ -265,7 +267,7 @@ class Worker:
             conn.prepare_threshold = 0
             conn.execute(q("worker.session_setup"))
         if self.options.listen:
-            claims.listen(conn)
+            claims.listen(conn, self.me.id)
         return conn
 
     def _listening(self) -> bool:
@@ -487,12 +489,24 @@ class Worker:
         self._wakeups = 0
         self.poll.ran(time.monotonic())
         try:
-            batch = self._with_db("claim", claims.claim, self.me.id, self.policies, limit, self.frontier)
+            batch = self._with_db(
+                "claim",
+                functools.partial(
+                    claims.claim,
+                    addressable=self._listening(),
+                    room=self.options.concurrency - len(self.running),
+                ),
+                self.me.id,
+                self.policies,
+                limit,
+                self.frontier,
+            )
         except psycopg.Error as exc:
             self._refused("claim", exc)
             self._more = False
             return 0
         self._more = len(batch.claimed) == limit
+        self._idle = batch.idle
         if batch.retry_in is not None:
             # a rate limit held runnable work back: claim again when it lets the next start go
             self.poll.alarm(time.monotonic() + batch.retry_in)
@@ -574,6 +588,7 @@ class Worker:
             list(self.types),
             interval=self.options.heartbeat,
             dead_after=self.options.dead_after,
+            addressable=self._listening(),
         )
 
     def _beat(self) -> None:
@@ -700,7 +715,12 @@ class Worker:
                 self.unsettled[execution.key] = execution
                 self.heartbeat.soon()
             else:
-                self._more = True  # a slot is free: there may be more waiting
+                if not self._idle or execution.claimed.limited or self.options.burst:
+                    # a thread is free: claim, unless the database knows this worker idle and
+                    # wakes it for the next arrival (migration 0014). Claim anyway when a
+                    # concurrency limit may let the next run of its type go now (nothing
+                    # announces that), and with --burst, to see whether anything is left
+                    self._more = True
                 if execution.due_in is not None:
                     # parked until a time, or backing off: nothing will announce it when due
                     self.poll.alarm(time.monotonic() + execution.due_in + ALARM_SLACK)

@@ -401,6 +401,7 @@ def worker_params() -> dict[str, Any]:
         "after_id": None,
         "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
         "addressable": True,  # a worker that listens: its claim marks it idle or not
+        "room": DEFAULTS.concurrency,  # its threads without a run: all of them, at its first claim
     }
 
 

@@ -119,6 +119,28 @@ def wfctl_process(
         )
 
 
+def freeze(proc: subprocess.Popen[Any], timeout: float = 30.0) -> None:
+    """SIGSTOP ``proc`` and wait until every one of its threads has stopped. kill() returns
+    when the signal is queued; a thread the kernel has not yet scheduled to take it may still
+    read a reply and send its next statement, so a test that releases a lock right after the
+    signal could watch the frozen process act."""
+    import signal
+
+    proc.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{proc.pid}/task")
+
+    def stopped() -> bool:
+        states = []
+        for task in tasks.iterdir():
+            try:  # "pid (comm) S ...": the state follows the last ')'
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended meanwhile
+        return bool(states) and all(state in ("T", "t") for state in states)
+
+    wait_for(stopped, timeout=timeout, what=f"process {proc.pid} to stop on SIGSTOP")
+
+
 # -- reading what the database and the processes wrote --------------------------------------------
 
 

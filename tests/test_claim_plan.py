@@ -22,7 +22,7 @@ BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$11 for its named parameters, to PREPARE it as the worker does."""
+    """worker.claim with $1..$12 for its named parameters, to PREPARE it as the worker does."""
     names = [
         "types",
         "retries",
@@ -35,6 +35,7 @@ def claim_sql_with_placeholders() -> str:
         "after_id",
         "floor",
         "addressable",
+        "room",
     ]
     casts = [
         "text[]",
@@ -48,6 +49,7 @@ def claim_sql_with_placeholders() -> str:
         "uuid",
         "timestamptz",
         "boolean",
+        "int",
     ]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
@@ -89,8 +91,8 @@ def claim(
             psycopg.ClientCursor(conn)
             .execute(  # EXECUTE takes no bound parameters
                 "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1',"
-                " NULL, NULL, NULL, NULL, true)",
-                (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH),
+                " NULL, NULL, NULL, NULL, true, %s)",
+                (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH, BATCH),
             )
             .fetchall()
         )

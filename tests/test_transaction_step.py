@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import rows, wait_for
+from helpers import freeze, rows, wait_for
 from psycopg import conninfo
 
 import wfctl
@@ -243,7 +243,7 @@ def test_a_worker_frozen_between_fence_and_commit_lets_go_of_the_row(dsn: str, w
             )[0][0],
             what="the checkpoint to wait behind the fence",
         )
-        frozen.send_signal(signal.SIGSTOP)
+        freeze(frozen)  # stopped before the checkpoint's reply can reach it
         blocker.rollback()
     try:
         # the checkpoint is written; the frozen worker's COMMIT never comes, and the row is locked

@@ -54,6 +54,10 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - ``recover --stale 1s|2s`` (as cron would); ``release_gate`` of one workflow;
 - ``kill_worker`` (SIGKILL), ``pause_worker`` (SIGSTOP), ``resume_worker`` (SIGCONT),
   ``start_worker`` (up to 3 live);
+- ``pause_in_statement``: a worker stopped in the middle of its claim, its heartbeat or its
+  flush: the test holds the worker's ``workers`` row or a run it holds, stops the worker once
+  one of its statements waits on that lock, lets the statement commit, keeps the worker stopped
+  until its runs were taken over (and 2s more), then continues it;
 - ``restart_database`` (once per example, where possible: see below) and ``drop_connections``
   (``pg_terminate_backend`` of every worker connection);
 - ``wait`` (until nothing is runnable or running, at most 0.2-1s);
@@ -148,6 +152,11 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    a worker frozen inside a transaction of several statements (firing schedules: the due rows
    locked, the runs inserted, not yet advanced) would keep its row locks from every other
    worker until it runs again, and the schedules it locked would not fire.
+12. no step starts more than 1.5s after its lease ended (the run reached a final state, was
+   requeued or parked, or another claim took it under a newer epoch: the audit's time of that
+   change), unless its worker was stopped by ``pause_worker`` and continued at most 0.5s before
+   the step began: a pause between the lease check and the step, the one gap the Guarantees
+   leave open. A stop inside a statement (``pause_in_statement``) excuses nothing.
 
 After the run (teardown: every gate released, every worker continued, at least two live
 workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
@@ -225,7 +234,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -233,7 +242,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pytest
-from helpers import APPS, REFERENCE_SQL, Result, wait_for
+from helpers import APPS, REFERENCE_SQL, Result, freeze, wait_for
 from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -735,6 +744,9 @@ SPEC = st.lists(STEP, min_size=1, max_size=4)
 COORD_SPEC = st.tuples(st.lists(STEP, max_size=2), COORD_STEP, st.lists(STEP, max_size=1)).map(
     lambda t: [*t[0], t[1], *t[2]]
 )
+# What pause_in_statement holds: the worker's row with a new run to claim, the worker's row,
+# a run the worker holds.
+HOLDS = ["claim", "worker", "run"]
 # short runs that hold their lease for a while (or give it back while they sleep)
 SHORT_SPEC = st.lists(
     st.sampled_from([["ok", 0], ["ok", 0], ["sleep", "200ms"], ["gate", 0], ["raise", 1]]),
@@ -802,7 +814,9 @@ class StatefulEngine(RuleBasedStateMachine):
         self.max_gap = 0.0
         self.sends = 0  # payloads are {"n": <this counter>}: unique per send
         self.message_keys: dict[tuple[str, str], int] = {}  # (workflow, key) -> the message's id
-        self.stops: list[list[Any]] = []  # [pid, SIGSTOP time, SIGCONT time or None]
+        # [pid, SIGSTOP time, SIGCONT time or None, where: "anywhere" (pause_worker) or
+        # "statement" (pause_in_statement: stopped while a statement of its waited on a lock)]
+        self.stops: list[list[Any]] = []
         # the limits `wfctl limit` set per type (concurrency, key_concurrency, rate): the code's
         # (CODE_LIMITS, once a worker has declared them) apply where none is set
         self.operator_limits: dict[str, dict[str, Any]] = {t: {} for t in CODE_LIMITS}
@@ -917,7 +931,7 @@ class StatefulEngine(RuleBasedStateMachine):
     def _stop(self, worker: WorkerProc) -> None:
         self._signal(worker, signal.SIGSTOP)
         if worker.proc is not None:
-            self.stops.append([worker.proc.pid, time.time(), None])
+            self.stops.append([worker.proc.pid, time.time(), None, "anywhere"])
 
     def _cont(self, worker: WorkerProc) -> None:
         self._signal(worker, signal.SIGCONT)
@@ -1485,6 +1499,71 @@ class StatefulEngine(RuleBasedStateMachine):
         self.env.figures["pauses"] += 1
         self.log(f"SIGSTOP worker{worker.index}")
 
+    @precondition(lambda self: self.unpaused())
+    @rule(target=workflows, index=st.integers(0, 9), hold=st.sampled_from(HOLDS), spec=SHORT_SPEC)
+    def pause_in_statement(self, index, hold, spec):
+        """Stop a worker in the middle of a statement: hold a row its next statement must lock
+        (its ``workers`` row: its claim and its heartbeat, and for ``claim`` a new short run
+        submitted meanwhile, for its claim to take; a run it holds: its flush and its
+        heartbeat), stop it once that statement waits, let the statement commit while it is
+        stopped, keep it stopped until what it held was taken over (and LEASE_SLACK + 0.5s
+        longer), then continue it. The reply it then reads is as old as the pause: invariant 12
+        says it starts no step on the leases it lost."""
+        unpaused = self.unpaused()
+        worker = unpaused[index % len(unpaused)]
+        submitted: list = []
+        if self.skipping or not worker.alive:
+            if hold == "claim":
+                submitted = self._submit(spec, None, None, "api")
+            return multiple(*submitted)
+        pid = worker.proc.pid
+        with psycopg.connect(self.dsn, connect_timeout=10) as holder:
+            ident = holder.execute("SELECT id FROM workers WHERE id LIKE %s", (f"%:{pid}:%",)).fetchone()
+            held = None
+            if ident is not None and hold == "run":
+                held = holder.execute(
+                    "SELECT id FROM workflows WHERE lease_owner = %s AND status = 'running'"
+                    " LIMIT 1 FOR UPDATE",
+                    ident,
+                ).fetchone()
+            if ident is not None and held is None:
+                holder.execute("SELECT 1 FROM workers WHERE id = %s FOR UPDATE", ident)
+            if hold == "claim":  # whether or not the worker has a row yet: the draws stay the same
+                submitted = self._submit(spec, None, None, "api")
+            me = holder.info.backend_pid
+            waiting = ident is not None and within(
+                lambda: query(
+                    self.dsn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+                    " AND application_name = 'wfctl worker'",
+                    (me,),
+                )[0][0],
+                2.0,
+            )
+            if not waiting:
+                holder.rollback()
+                self.log(f"worker{worker.index}: no statement waited on its {hold} row; not paused")
+                return multiple(*submitted)
+            freeze(worker.proc)
+            stop = [pid, time.time(), None, "statement"]
+            self.stops.append(stop)
+            holder.rollback()  # the statement goes on and commits while its worker is stopped
+        self.env.figures["pauses_in_statement"] += 1
+        self.log(f"SIGSTOP worker{worker.index} in a statement that waited on its {hold} row")
+        # stopped until another worker (or nobody: the live ones may all be stopped) took over
+        taken = within(
+            lambda: not query(
+                self.dsn, "SELECT 1 FROM workflows WHERE lease_owner = %s AND status = 'running'", ident
+            ),
+            3.0,
+        )
+        if taken:  # and long enough that a step it started on resuming would be seen as late
+            time.sleep(LEASE_SLACK.total_seconds() + 0.5)
+        self._signal(worker, signal.SIGCONT)
+        stop[2] = time.time()
+        self.log(f"SIGCONT worker{worker.index} ({'after' if taken else 'before'} its runs were taken over)")
+        return multiple(*submitted)
+
     @precondition(lambda self: self.paused())
     @rule(index=st.integers(0, 9))
     def resume_worker(self, index):
@@ -1900,7 +1979,9 @@ class StatefulEngine(RuleBasedStateMachine):
             self.deferred(check_transitions, audit_wf)
             self.deferred(check_step_writes, conn)
             self.deferred(check_releases, conn, self.connection_losses)
-            self.deferred(check_executions, read_effects(self.effects_path), audit_wf)
+            effects = read_effects(self.effects_path)
+            self.deferred(check_executions, effects, audit_wf)
+            self.deferred(check_steps_within_lease, effects, query(conn, LEASE_ENDS_SQL), self.stops)
             self.deferred(check_in_one_snapshot, conn)
         self.deferred(self._check_worker_logs)
         ref, rec, ownerless, running = stuck_snapshot(self.dsn, timedelta(seconds=1))
@@ -2192,6 +2273,58 @@ def check_executions(effects: list[Effect], audit_wf: list[tuple]) -> None:
     assert not again, (
         "invariant 2: a step ran again without a counted attempt or a retry in between "
         f"((id, step, retry generation, attempt): epochs it ran under): {again}"
+    )
+
+
+# When each lease (run, epoch) ended: the first change after which the run no longer runs
+# under that epoch (completed, failed, cancelled, parked, requeued, taken by another claim).
+LEASE_ENDS_SQL = (
+    "SELECT workflow_id::text, old_epoch, extract(epoch FROM min(at))::float8 FROM sf_audit_wf"
+    " WHERE op = 'UPDATE' AND old_status = 'running'"
+    " AND (new_status <> 'running' OR new_epoch IS DISTINCT FROM old_epoch) GROUP BY 1, 2"
+)
+# How late after its lease ended a step may still start: the worker starts a step only on a
+# lease confirmed (a claim or heartbeat sent) within two thirds of its dead-after (1s here), and
+# a cancel or a takeover right after such a confirmation is seen at the next heartbeat; plus
+# the scheduling delays of a loaded machine.
+LEASE_SLACK = timedelta(seconds=1.5)
+# A pause that ends this close before a step's start may have fallen between the worker's lease
+# check and the step: the one gap the Guarantees leave open (pause_worker's stops only).
+CHECK_GAP = 0.5
+
+
+def within(predicate: Callable[[], Any], seconds: float) -> bool:
+    """Poll ``predicate`` (every 20ms) until it is truthy (True) or ``seconds`` passed (False)."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def check_steps_within_lease(
+    effects: list[Effect], lease_ends: list[tuple], stops: list[list[Any]]
+) -> None:
+    """Invariant 12: no step starts after its run reached a final state or left its epoch (by
+    more than LEASE_SLACK), unless its worker was stopped anywhere (pause_worker) and continued
+    just before the step (CHECK_GAP): a pause between the lease check and the step. A stop
+    inside a statement (pause_in_statement) excuses nothing."""
+    ends = {(wid, epoch): at for wid, epoch, at in lease_ends}
+    late = []
+    for e in effects:
+        end = ends.get((e.wid, e.epoch))
+        if end is None or e.at is None or e.at <= end + LEASE_SLACK.total_seconds():
+            continue
+        gap = any(
+            x[0] == e.pid and x[3] == "anywhere" and x[2] is not None and e.at - CHECK_GAP <= x[2] <= e.at
+            for x in stops
+        )
+        if not gap:
+            late.append((e.wid, e.step, e.epoch, round(e.at - end, 3), e.pid))
+    assert not late, (
+        "invariant 12: a step started after its lease had ended (id, step, epoch, seconds after "
+        f"the lease ended, worker pid): {late}"
     )
 
 

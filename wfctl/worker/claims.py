@@ -72,6 +72,13 @@ class Claimed:
     #: Taken within a concurrency limit (wfctl_claim_limited): its end may let the next run of
     #: its type go, and nothing announces that, so the worker claims again when it ends.
     limited: bool = False
+    #: time.monotonic() when the claim statement was sent: the lease is confirmed as of then
+    #: (wfctl/worker/lease.py), however long its reply took. None: claimed_at.
+    sent_at: float | None = None
+
+    @property
+    def lease_from(self) -> float:
+        return self.claimed_at if self.sent_at is None else self.sent_at
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,7 @@ def claim(
             deadline_error=row.deadline_error,
             partition=row.partition if pruned else None,
             limited=row.in_order is False,
+            sent_at=began,
         )
         for row in rows
         if row.id is not None

@@ -31,6 +31,7 @@ from wfctl.registry import WorkflowType
 from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request
 from wfctl.worker.claims import Claimed
+from wfctl.worker.lease import Leases
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.retry import backoff
 from wfctl.worker.transactions import Expired, Fenced, TransactionPool, run_step
@@ -42,6 +43,7 @@ class DeadlinePassed(ControlFlow):
     """The run's deadline passed: it fails at this step boundary, without retries."""
 
 
+LEASE_RECHECK = 1.0  # seconds: how long a step waits for a re-confirming heartbeat before asking again
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 16000
 
@@ -72,8 +74,10 @@ class Execution:
         stopping: threading.Event,
         log: WorkerLog,
         transactions: TransactionPool | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.claimed = claimed
+        self._leases = leases
         self._transactions = transactions
         self.workflow = workflow
         self._send = send
@@ -121,7 +125,28 @@ class Execution:
         self._settle()
         if self._stopping.is_set():
             raise Released()
+        self._check_lease()
         self._check_deadline()
+
+    def lease_fresh(self) -> bool:
+        """The lease was confirmed recently enough to start the run or a step on it."""
+        return self._leases is None or self._leases.fresh(self.claimed.lease_from)
+
+    def _check_lease(self) -> None:
+        """Start no step on a lease whose last confirmation is older than the limit (the worker
+        was paused, or its heartbeats failed): wait for a heartbeat to confirm it, and raise
+        Lost if that shows it gone (wfctl/worker/lease.py)."""
+        if self._leases is None or self.lease_fresh():
+            return
+        confirmed = self._leases.reconfirm(
+            self.claimed.lease_from,
+            give_up=lambda: self.lost or self._stopping.is_set(),
+            wait=LEASE_RECHECK,
+        )
+        if self.lost:
+            raise Lost()
+        if not confirmed:
+            raise Released()  # stopping: the run is handed back
 
     def _check_deadline(self) -> None:
         deadline = self.claimed.deadline_at
@@ -256,6 +281,7 @@ class Execution:
             self._lost(began)
             return
         try:
+            self._check_lease()
             self._check_deadline()
             result = self.workflow.fn(ctx, c.input)
             try:

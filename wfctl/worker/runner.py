@@ -37,12 +37,13 @@ from wfctl import limits, partitions, recovery, schema
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
-from wfctl.worker import burst, claims, heartbeat, ticks
+from wfctl.worker import burst, claims, heartbeat, poollog, ticks
 from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import Request, flush, merge
 from wfctl.worker.duties import Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
+from wfctl.worker.lease import Leases
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
@@ -124,6 +125,10 @@ class Worker:
         # claim policy, and only wakes the loop while there is room to claim
         self.duties = Duties(time.monotonic)
         self.heartbeat = self.duties.add(Duty("heartbeat", options.heartbeat, self._beat))
+        # how old each lease's last confirmation is (wfctl/worker/lease.py): a run or a step
+        # starts only on one younger than two thirds of the dead-after, else after a heartbeat
+        self.leases = Leases(options.dead_after, self._request_beat)
+        self._beat_asked = False  # _start_ready asked for a heartbeat that has not succeeded yet
         self.poll = Poll(
             "poll",
             options.poll,
@@ -190,6 +195,11 @@ class Worker:
         self._last_refusal: tuple[str, float] = ("", 0.0)
 
     # -- threads -> loop ----------------------------------------------------------------------
+
+    def _request_beat(self) -> None:
+        """Any thread: have the loop send a heartbeat at its next turn."""
+        self.heartbeat.soon()
+        self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake anyway
@@ -352,6 +362,7 @@ class Worker:
         if self.health_server is not None:
             self.health_server.start()  # a port in use fails here, before anything is claimed
         self.stopper.install()
+        self._pool_log = poollog.route(self.log, self.dsn)
         self.conn = self._connect()
         schema.check(self.conn)
         self._declare()
@@ -470,6 +481,14 @@ class Worker:
                 self.running.pop(execution.key, None)
                 self.log.warning(f"{execution.id} lease lost before it started: not run here")
                 continue
+            if not execution.lease_fresh():
+                # claimed longer ago than the lease allows (the worker was paused, its
+                # heartbeats failed): a heartbeat first says whether it is still ours
+                self.backlog.appendleft(execution)
+                if not self._beat_asked:
+                    self._beat_asked = True
+                    self.heartbeat.soon()
+                return
             self.active += 1
             self._work.put(execution)
 
@@ -518,6 +537,7 @@ class Worker:
                 self.stopping,
                 self.log,
                 self.transactions,
+                self.leases,
             )
             self.running[execution.key] = execution
             self.backlog.append(execution)
@@ -592,10 +612,12 @@ class Worker:
         )
 
     def _beat(self) -> None:
+        sent = time.monotonic()
         try:
             owned = self._with_db("heartbeat", self._beat_once)
         except psycopg.Error as exc:
             self._refused("heartbeat", exc)
+            self.leases.beat_finished(sent, ok=False)
             return
         self.last_beat_ok = time.monotonic()
         if self.health_file is not None:
@@ -613,6 +635,9 @@ class Worker:
                 f"{execution.id} lease lost: another worker or `wfctl recover` / "
                 "`wfctl cancel` took it; this worker stops it at its next step"
             )
+        self.leases.beat_finished(sent, ok=True)
+        self._beat_asked = False
+        self._start_ready()  # what waited in the backlog for this confirmation
         # ended here without a final write: end the attempt (again, if the last try was refused)
         due = time.monotonic() >= self._abandon_due
         for key in list(self.unsettled):
@@ -811,6 +836,7 @@ class Worker:
         for _ in self._threads:
             self._work.put(None)
         self.transactions.close()
+        poollog.unroute(self._pool_log)
         self.stopper.uninstall()
         if self.health_server is not None:
             self.health_server.close()

@@ -1,0 +1,122 @@
+"""A worker paused in the middle of its claim starts nothing on a lease it may have lost.
+
+Worker A's claim of a limited type waits on the limit's row (the test holds it); A is stopped
+(SIGSTOP) with the statement in flight; the test lets the claim commit, then does what another
+worker's sweep and that worker would do once A counts as dead: requeue the run and finish it
+elsewhere. When A resumes, the claim's reply arrives and A must not run a step of that run:
+the reply is as old as the pause, older than the lease allows, so a heartbeat first says the
+lease is gone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from helpers import rows, wait_for, wait_for_worker_session
+
+import wfctl
+from wfctl import recovery
+from wfctl.worker import poollog
+from wfctl.worker.log import WorkerLog
+
+pytestmark = pytest.mark.slow
+
+ROUNDS = 20
+
+
+def worker_id(log_path: Path) -> str:
+    found = re.search(r"worker (\S+) ready", log_path.read_text())
+    return found.group(1) if found else ""
+
+
+def take_over_as_a_sweep_would(dsn: str, wid: uuid.UUID) -> None:
+    """Requeue the run by the owner's own dead-after (the sweep's rule), then end it as another
+    worker would have: completed, under a newer lease epoch, without running anything here."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wait_for(
+            lambda: any(r.id == wid for r in recovery.recover(conn, None)),
+            what="the paused worker's run to count as abandoned",
+        )
+        conn.execute(
+            "UPDATE workflows SET status = 'completed', output_data = '\"done elsewhere\"',"
+            " lease_epoch = lease_epoch + 1, lease_owner = 'elsewhere', finished_at = now()"
+            " WHERE id = %s AND status = 'pending'",
+            (wid,),
+        )
+
+
+def one_round(dsn: str, workers: Any, worker: subprocess.Popen[bytes], me: str) -> None:
+    log_path: Path = worker.log_path  # type: ignore[attr-defined]
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT 1 FROM workflow_limits WHERE workflow_type = 'paced' FOR UPDATE")
+        wid = wfctl.submit(dsn, "paced", {})
+        wait_for_worker_session(dsn, "wait_event_type = 'Lock'", what="the claim to wait on the limit's row")
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            holder.commit()  # the claim commits while its worker is stopped
+            wait_for(
+                lambda: rows(dsn, "SELECT status, lease_owner FROM workflows WHERE id = %s", wid)
+                == [("running", me)],
+                what="the paused worker's claim to commit",
+            )
+            take_over_as_a_sweep_would(dsn, wid)
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+    # the claim's reply reaches the worker now: it looks at the lease before anything runs
+    wait_for(
+        lambda: f"{wid} lease lost" in log_path.read_text() or f"started   {wid}" in log_path.read_text(),
+        what="the resumed worker to deal with the run",
+    )
+    assert [e for e in workers.effects() if e[0] == str(wid)] == []
+    assert f"started   {wid}" not in log_path.read_text()
+    assert rows(dsn, "SELECT status, output_data FROM workflows WHERE id = %s", wid) == [
+        ("completed", "done elsewhere")
+    ]
+
+
+def test_a_worker_paused_in_its_claim_never_starts_a_step_of_the_run_it_lost(dsn: str, workers: Any) -> None:
+    worker = workers.start("--poll", "60s", app="pauseflows")
+    log_path: Path = worker.log_path  # type: ignore[attr-defined]
+    wait_for(lambda: worker_id(log_path), what="the worker to be ready")
+    wait_for(
+        lambda: rows(dsn, "SELECT count(*) FROM workflow_limits WHERE workflow_type = 'paced'")[0][0],
+        what="the type's limit to be declared",
+    )
+    for _ in range(ROUNDS):
+        one_round(dsn, workers, worker, worker_id(log_path))
+    # and the worker goes on working: a run it claims without a pause runs, each step once
+    wid = wfctl.submit(dsn, "paced", {})
+    assert wfctl.result(dsn, wid, timeout="30s") == "done"
+    assert sorted(e[1] for e in workers.effects() if e[0] == str(wid)) == ["s1", "s2"]
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json"])
+def test_the_connection_pool_logs_in_the_workers_format_without_alarm(fmt: str) -> None:
+    stream = io.StringIO()
+    handler = poollog.route(WorkerLog(fmt, stream=stream), "host=db password=hunter2")  # type: ignore[arg-type]
+    try:
+        logging.getLogger("psycopg.pool").warning(
+            "error connecting in 'wfctl-transactions': connection failed: password=hunter2 refused"
+        )
+    finally:
+        poollog.unroute(handler)
+    line = stream.getvalue().strip()
+    assert "\n" not in line and "hunter2" not in line
+    if fmt == "json":
+        record = json.loads(line)
+        assert (record["level"], record["event"]) == ("info", "pool")
+        assert record["message"].startswith("error connecting in 'wfctl-transactions'")
+    else:
+        assert re.search(r"Z INFO +pool +error connecting in 'wfctl-transactions'", line)
+    assert logging.getLogger("psycopg.pool").propagate

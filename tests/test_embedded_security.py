@@ -376,7 +376,12 @@ def test_a_deleted_data_directory_is_not_silently_replaced(run_wfctl, short_dir,
 
         stop = run_wfctl("db", "stop", cwd=project)
         assert stop.exit_code == 0, stop.output
-        assert f"stopped the embedded PostgreSQL (pid {pid})" in stop.stderr
+        if "is not running" in stop.stderr:
+            # the old server died with its files after wfctl refused (as above, it may at any
+            # moment; CI saw it once): `db stop` must then have found no server, not missed one
+            assert pid not in postgres_processes(project), stop.output
+        else:
+            assert f"stopped the embedded PostgreSQL (pid {pid})" in stop.stderr
         assert postgres_processes(project) == []
         # then the next command starts afresh, with an empty database
         fresh = run_wfctl("init", cwd=project)

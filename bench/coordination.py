@@ -1,4 +1,4 @@
-"""Coordination benchmark (issue 13): wake-up latency, parked workflows at rest, fan-out and join.
+"""Coordination benchmark: wake-up latency, parked workflows at rest, fan-out and join.
 
     python -m bench.coordination [--dsn DSN | --server-dsn DSN] [--quick] [options]
 
@@ -63,7 +63,7 @@ SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"
 BenchError = base.BenchError
 log = base.log
 
-GOAL_MS = 50.0  # issue 13: median send (or child completion) -> running again, idle worker
+GOAL_MS = 50.0  # median send (or child completion) -> running again, idle worker
 PHASES = ("latency", "waiting", "fanout")
 SUBMIT_BATCH = 1000  # inputs per submit_many statement
 BULK_POLL = 0.1  # seconds between progress polls over thousands of workflows

@@ -1,4 +1,4 @@
-"""The floor of issue 15 part 1: wfctl's row writes with no engine code (bench/throughput.py).
+"""The throughput floor: wfctl's row writes with no engine code (bench/throughput.py).
 
     python bench/floor.py --dsn DSN [--type floor3] [--steps 3] [--batch 32]
 

@@ -1,4 +1,4 @@
--- Named blocks of bench/floor.py: the floor of issue 15 part 1. The row writes wfctl makes for a
+-- Named blocks of bench/floor.py: the throughput floor. The row writes wfctl makes for a
 -- run of S no-op steps, on wfctl's own tables (same columns, indexes and triggers), batched 32
 -- runs to a statement, with no engine around them: a claim with a lease, one checkpoint row per
 -- step together with current_step, the completion. Every write after the claim is fenced by the
@@ -8,7 +8,7 @@
 -- Once per connection: the claim reads the runnable index in claim order and stops after the
 -- batch, whatever the statistics say. Without this, a plan built while the table that has just
 -- received N rows is not analyzed yet is a bitmap scan of the whole runnable set and a sort
--- (issue 15 part 2): every claim would cost O(N), and the floor would fall as N grows.
+--: every claim would cost O(N), and the floor would fall as N grows.
 -- wfctl's own pick is made robust the same way (wfctl_claim_ready, migration 0009).
 SELECT set_config('enable_bitmapscan', 'off', false), set_config('enable_sort', 'off', false);
 

@@ -1,4 +1,4 @@
-"""The cost of flow-control limits (issue 14, "Cost"), measured on the standard benchmark's workload.
+"""The cost of flow-control limits, measured on the standard benchmark's workload.
 
     python -m bench.limits [--server-dsn DSN] [--before REV|DIR] [--code REV|DIR] [--rounds 5] [--quick]
 

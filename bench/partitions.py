@@ -1,4 +1,4 @@
-"""The partitioned layout against the unpartitioned one (issue 15, part 3).
+"""The partitioned layout against the unpartitioned one.
 
     python -m bench.partitions [--server-dsn DSN] [--n 2000] [--rounds 5] [--workers 2]
                                [--old-partitions 32] [--prune-rows 10000000] [--quick]

@@ -15,7 +15,7 @@ In one run, for each side (``bench/naive.py``, then ``wfctl worker --app bench.n
 
 Before that, ``pgbench`` measures how many single-row INSERT transactions per second the server
 commits (bench/pgbench_commit.sql): the physical ceiling. The report is a Markdown table with the
-ratio wfctl/naive, and whether the targets of issue 3 are met. See bench/README.md.
+ratio wfctl/naive, and whether the targets are met. See bench/README.md.
 
 Where the databases come from:
 - default: a durable embedded PostgreSQL (fsync and synchronous_commit on) in a temporary
@@ -58,7 +58,7 @@ from psycopg.types.json import Jsonb
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 
-# Targets from issue 3 (2-core machine, N=2000, S=3, W=4).
+# Targets (2-core machine, N=2000, S=3, W=4).
 TARGET_RATIO = 5.0  # wfctl workflows/s over naive workflows/s, at least
 TARGET_P50_MS = 5.0  # wfctl submit-to-start p50, under
 TARGET_RSS_MB = 80.0  # wfctl peak RSS per worker process, under

@@ -1,4 +1,4 @@
-"""Cost that does not grow with the work (issue 15, part 2): the history, the backlog and the soak.
+"""Cost that does not grow with the work: the history, the backlog and the soak.
 
     python -m bench.scale history    [--server-dsn DSN] [--rounds 3] [-n 20000] [--history 1000000]
     python -m bench.scale backlog    [--server-dsn DSN] [--rounds 5] [--sizes 100000,1000000]
@@ -75,7 +75,7 @@ log = base.log
 
 TYPE = "noop3"  # bench/noop_app.py
 STEPS = 3
-GOAL = 0.90  # every ratio of issue 15 part 2: at least 90 %
+GOAL = 0.90  # every ratio of the scale goals: at least 90 %
 POLL = 0.2  # seconds between completion polls (the issue: not every 20 ms at N=20,000)
 RUNNABLE_INDEX = "workflows_runnable_idx"
 GENERIC = "plan_cache_mode = force_generic_plan"

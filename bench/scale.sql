@@ -1,5 +1,5 @@
 -- Named blocks of bench/scale.py (cost that does not grow with the history or the backlog, and
--- the soak; issue 15, part 2). The claim itself is not here: the benchmark runs the package's own
+-- the soak). The claim itself is not here: the benchmark runs the package's own
 -- worker.claim and worker.session_setup, so it always measures the claim of the code under test.
 
 -- name: reset

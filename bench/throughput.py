@@ -1,4 +1,4 @@
-"""Throughput to the CPU limit (issue 15 part 1): wfctl, the naive baseline and the floor, interleaved.
+"""Throughput to the CPU limit: wfctl, the naive baseline and the floor, interleaved.
 
     python -m bench.throughput [-n 2000] [--rounds 3] [--server-dsn DSN] [--sides naive,wfctl,floor]
                                [--worker-args "..."] [--code REV|DIR] [--variant NAME=ARGS] [--quick]
@@ -80,7 +80,7 @@ PY_SPY_RATE = 250  # --py-spy: samples per second
 CPU_SAMPLE = 0.25  # seconds between scans of the server's processes (sessions come and go)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-# Goals of issue 15 part 1, for the `wfctl` side, with default options.
+# Goals for the `wfctl` side, with default options.
 GOAL_RATIO = {2000: 5.0, 20000: 6.0}  # wfctl/naive workflows/s at these N
 GOAL_BUSY = 90.0  # the machine's CPU busy %, at least
 GOAL_SHARE = 0.40  # wfctl/floor workflows/s, at least
@@ -856,7 +856,7 @@ def _sizes(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.throughput",
-        description="Throughput to the CPU limit (issue 15 part 1): wfctl, the naive baseline and the floor, "
+        description="Throughput to the CPU limit: wfctl, the naive baseline and the floor, "
         "interleaved (see bench/README.md).",
     )
     common.add_server_dsn(parser)
@@ -1050,7 +1050,7 @@ def report(
     loads: tuple[tuple[float, ...], tuple[float, ...]],
 ) -> list[str]:
     print(
-        f"\nwfctl throughput benchmark (issue 15 part 1): {args.workers} worker processes per side, "
+        f"\nwfctl throughput benchmark: {args.workers} worker processes per side, "
         f"S={args.steps} no-op steps, {os.cpu_count()} CPUs"
     )
     print(

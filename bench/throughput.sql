@@ -1,4 +1,4 @@
--- Named blocks of bench/throughput.py (issue 15 part 1: throughput to the CPU limit).
+-- Named blocks of bench/throughput.py (throughput to the CPU limit).
 
 -- name: enqueue
 -- naive and floor: N runs of one type in one statement (one transaction), as a user of a queue

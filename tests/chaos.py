@@ -9,7 +9,7 @@ can be run by hand at any size (``--help``), from a source checkout where wfctl 
 (``pip install -e .``; pytest is not needed). Its server, processes and log reading are those
 of the other multi-process tests (tests/servers.py, tests/helpers.py).
 
-The scenario (issue 5, "Chaos run"):
+The scenario:
 
 1. N workflows of type ``chaos3`` (tests/apps/chaosflows.py: three steps of a few ms, each REAL
    execution appended as one line ``<id> <step> <attempt> <pid>`` to a file outside the

@@ -1,4 +1,4 @@
-"""The bad-input catalogue (issue 5): one row per way to hand wfctl something wrong.
+"""The bad-input catalogue: one row per way to hand wfctl something wrong.
 
 Each row is (command line, the bad input or the setup that makes it bad, a fragment of the
 expected message, the exit code from the README's table, what the database must look like
@@ -280,7 +280,7 @@ def duration_rows() -> list[Row]:
             ("word", "soon"),
             ("huge", HUGE),
             ("max", MAX_TIMEDELTA),
-            ("tiny", "0.0000001s"),  # issue 10 item 14: below the minimum of 1ms (1s for --stale)
+            ("tiny", "0.0000001s"),  # below the minimum of 1ms (1s for --stale)
         ):
             rows.append(
                 Row(f"{command}-{option[2:]}-{label}", (*args, *extra, option, value, *D), fragment, 2)
@@ -452,7 +452,7 @@ def code_schedule(ctx: Ctx) -> None:
 
 
 def schedule_rows() -> list[Row]:
-    """`wfctl schedule ...`, `schedules`, `tick` (issue 14, item 4): nothing stored, no schedule
+    """`wfctl schedule ...`, `schedules`, `tick`: nothing stored, no schedule
     changed, no run submitted."""
     add = ("schedule", "add", "nightly", "three")
     rows = [
@@ -520,7 +520,7 @@ def limit_app(arguments: str) -> Setup:
 
 
 def limit_rows() -> list[Row]:
-    """Flow control (issue 14, items 1-3): `wfctl limit` with a bad value, `submit
+    """Flow control: `wfctl limit` with a bad value, `submit
     --concurrency-key` out of bounds, and a decorator's bad limit; nothing stored, no limit
     changed (the rows run over an existing limit)."""
     limit = ("limit", "three")
@@ -742,11 +742,11 @@ ROWS: list[Row] = [
     Row(
         "retry-from-step-zero", ("retry", "<failed>", "--from-step", "0", *D), "--from-step counts from 1", 2
     ),
-    # -- coordination (issue 13): send, event, wait, submit --timeout --
+    # -- coordination: send, event, wait, submit --timeout --
     *coordination_rows(),
     *schedule_rows(),
     *limit_rows(),
-    # -- issue 10: input as the user gave it, and hostile input --
+    # -- input as the user gave it, and hostile input --
     Row(
         "input-non-ascii-counts-user-bytes",  # item 13: 600 KB of UTF-8, 1.8 MB once escaped
         ("submit", "three", NON_ASCII, *D),
@@ -1032,7 +1032,7 @@ ROWS: list[Row] = [
         setup=write("wfctl.toml", '[worker]\napp = "testflows"\nheartbeat = "10"\n'),
     ),
     Row(
-        "toml-worker-types-not-strings",  # issue 10 item 17
+        "toml-worker-types-not-strings",
         ("stats", *D),
         "[worker] types must be a list of strings, not [1, 2]",
         3,
@@ -1049,7 +1049,7 @@ ROWS: list[Row] = [
     ),
     Row("config-dev-zero", ("stats", "--config", "/dev/zero", *D), "bigger than 1000000 bytes", 3),
     Row(
-        "toml-embedded-false",  # issue 10 item 19: never fall back to the embedded server
+        "toml-embedded-false",  # never fall back to the embedded server
         ("stats",),
         "embedded = false, and no database is configured",
         3,
@@ -1099,7 +1099,7 @@ ROWS: list[Row] = [
     ),
     Row("dsn-unknown-option", ("stats", "--dsn", "hots=localhost"), 'invalid connection option "hots"', 3),
     Row("dsn-env-bad-syntax", ("stats",), "invalid DSN", 3, env={"WFCTL_DSN": "host=h dbname"}),
-    # -- issue 10 item 7: every secret key is a password --
+    # -- every secret key is a password --
     Row(
         "sslpassword-bad-dsn-syntax",
         ("stats", "--dsn", f"host=h sslpassword={PASSWORD[:6]} {PASSWORD[6:]}"),

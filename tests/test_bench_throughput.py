@@ -25,7 +25,7 @@ from bench import throughput  # noqa: E402
 
 SIDES = ("naive", "wfctl", "floor")
 FIGURES = (
-    "wfctl throughput benchmark (issue 15 part 1): 4 worker processes per side, S=3 no-op steps",
+    "wfctl throughput benchmark: 4 worker processes per side, S=3 no-op steps",
     "server: PostgreSQL",
     "commit ceiling: pgbench -c 4 -j 2 -T 1, one single-row INSERT per transaction: ",
     "side naive: bench/naive.py",

@@ -1,4 +1,4 @@
-"""`wfctl worker --burst` that finishes the job (issue 12, item 8): it waits for work of its types
+"""`wfctl worker --burst` that finishes the job: it waits for work of its types
 that becomes due within `--burst-wait` (10s by default: a retry backing off, a short sleep), and
 on exit says what it leaves behind."""
 

@@ -1,4 +1,4 @@
-"""The claim's cost must not grow with the backlog (issue 15): whatever the statistics say when
+"""The claim's cost must not grow with the backlog: whatever the statistics say when
 the worker's generic plan is built, and however many pending rows are not due (delayed, backing
 off, sleeping, parked on a message or on children), one claim reads about as many entries of the
 runnable index as it takes rows. Counted exactly, not timed: the pages of workflows_runnable_idx

@@ -1,4 +1,4 @@
-"""`wfctl send`, `wfctl event`, `wfctl wait` and `wfctl submit --timeout` (issue 13) as a shell
+"""`wfctl send`, `wfctl event`, `wfctl wait` and `wfctl submit --timeout` as a shell
 runs them, against a real worker running tests/apps/coordflows.py; and the library call beneath
 `wfctl send`, which says whether a keyed send stored a message."""
 

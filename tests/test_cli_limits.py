@@ -1,4 +1,4 @@
-"""`wfctl limit` and `wfctl limits` (issue 14, items 1-3), and `wfctl submit --concurrency-key`
+"""`wfctl limit` and `wfctl limits`, and `wfctl submit --concurrency-key`
 with what `wfctl show` says of it.
 
 The limits come from two places: code (the worker of tests/apps/limitflows.py writes what its

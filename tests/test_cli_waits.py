@@ -1,4 +1,4 @@
-"""What the CLI says about waiting workflows (issue 13, items 3, 5 and 7): `show` of a workflow
+"""What the CLI says about waiting workflows: `show` of a workflow
 parked on a message, on children, on a sleep; `list --waiting`; `stats` never reports a waiting
 workflow as stuck nor as backlog; the `metrics` gauge; `cancel` of a parent names the
 descendants it cancelled; `recover` fails runs past their deadline (and `--dry-run` does not).

@@ -113,7 +113,7 @@ def test_scrub_removes_fragments_of_unparsable_passwords():
     assert "cret" not in scrub(message, dsn)
 
 
-# -- issue 10, items 17 and 19: nothing that names a database falls back to the embedded one --
+# -- nothing that names a database falls back to the embedded one --
 
 
 @pytest.mark.parametrize("value", ["", "  "])

@@ -1,4 +1,4 @@
-"""Coordination on real workers (issue 13): messages, events, child workflows, results,
+"""Coordination on real workers: messages, events, child workflows, results,
 deadlines; each primitive survives SIGKILL of its worker while parked and while running."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Regression tests for the holes a review found in the worker, fencing and replay (issue 9).
+"""Regression tests for the holes a review found in the worker, fencing and replay.
 
 Each test names the item it covers. The multi-process ones run real workers against the real
 server; the flush tests call the group-commit statement directly with hand-made batches.

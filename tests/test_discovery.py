@@ -1,4 +1,4 @@
-"""Finding the project from any directory (issue 12, item 1): the nearest wfctl.toml in the
+"""Finding the project from any directory: the nearest wfctl.toml in the
 current directory or its parents, not above $HOME and not across a filesystem boundary;
 --config and WFCTL_CONFIG win; with nothing found the embedded database goes in the current
 directory (said once on stderr), never inside a Python package; `db status` says which config

@@ -1,5 +1,5 @@
 """The code in docs/api.md, docs/testing.md and docs/operations.md runs and does what the text
-says (issue 12, item 11).
+says.
 
 A Markdown comment right before a code block marks it: ``<!-- sample: run -->`` (a Python script,
 run with ``WFCTL_DSN`` naming a scratch database with the schema installed), ``<!-- sample: file

@@ -1,4 +1,4 @@
-"""Secrets in DSNs and `wfctl init` from libpq's environment (issue 10, items 7 and 8).
+"""Secrets in DSNs and `wfctl init` from libpq's environment.
 
 - every secret connection key (``password``, ``sslpassword``, any key ending in ``password``,
   ``oauth_client_secret``) is masked wherever a DSN is printed, and a wfctl.toml holding one

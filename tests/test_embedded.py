@@ -84,7 +84,7 @@ def root_lines(stderr: str) -> list[str]:
 def test_as_root_each_change_is_said_once(run_wfctl):
     """A project under a private (0700) directory: the server's user cannot reach it until wfctl
     adds the 'others may traverse' bit, which it says, once, naming the directory and both
-    modes; `wfctl db status` names the user the server runs as (issue 9, item 14)."""
+    modes; `wfctl db status` names the user the server runs as."""
     outer = Path(tempfile.mkdtemp(prefix="wfctl-root-"))  # mkdtemp makes it 0700
     project = outer / "project"
     project.mkdir()

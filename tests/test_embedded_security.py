@@ -1,4 +1,4 @@
-"""The embedded server as root, in any directory (issue 10, items 1-4 and 6): it follows no
+"""The embedded server as root, in any directory: it follows no
 symbolic link and uses no file another user owns, no shell ever sees a path, its socket
 directory outside the data directory is private, `db stop` signals only this data directory's
 server, and a path with a space, a deleted data directory or a full disk each end in one line.

@@ -1,4 +1,4 @@
-"""Errors you can read, their history, and errors that must not be retried (issue 12, item 5).
+"""Errors you can read, their history, and errors that must not be retried.
 
 The error column is the exception's type and message; the traceback (with file and line) is
 kept apart for ``show --traceback`` and ``--json``, also for errors raised outside a step. Every

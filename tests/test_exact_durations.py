@@ -1,4 +1,4 @@
-"""Durations reach the database as exact seconds (issue 10, items 11 and 14).
+"""Durations reach the database as exact seconds.
 
 psycopg sends a timedelta of 24 hours as the interval ``1 day``, and ``now() - interval '1 day'``
 in a session whose time zone has daylight-saving time is 23 hours back on the day the clocks

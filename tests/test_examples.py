@@ -1,4 +1,4 @@
-"""The production examples in examples/ work as written (issue 12, item 10), as far as this
+"""The production examples in examples/ work as written, as far as this
 machine can run them: the README quotes them unchanged; each cron line runs under cron's own
 environment (``PATH=/usr/bin:/bin``, no WFCTL_* or PG*, from ``/``) against a test database,
 with the example's paths replaced by this checkout's; the systemd unit passes ``systemd-analyze

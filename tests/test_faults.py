@@ -1,4 +1,4 @@
-"""Fault injection beyond tests/test_worker.py (issue 5, items 2 and 3): a zombie holding
+"""Fault injection beyond tests/test_worker.py: a zombie holding
 several runs, four recovers lined up on one lock so that they really run at the same moment,
 and a claimed-ahead workflow whose lease is taken while it waits for a thread."""
 

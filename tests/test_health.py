@@ -1,4 +1,4 @@
-"""The worker's readiness check (issue 12, item 10, the worker's part): `--health-port` answers
+"""The worker's readiness check (the worker's part): `--health-port` answers
 200 while the worker is connected and its last heartbeat succeeded recently, 503 otherwise (the
 database went away, the worker is stopping); `--health-file` is touched at each successful
 heartbeat and removed on exit."""

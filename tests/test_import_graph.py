@@ -1,5 +1,5 @@
-"""wfctl's modules import one another without circles, and nothing below the CLI imports it
-(issue 11, item 7). Arrows point down: ``wfctl.cli`` may import everything below it; only the
+"""wfctl's modules import one another without circles, and nothing below the CLI imports it.
+Arrows point down: ``wfctl.cli`` may import everything below it; only the
 entry point ``python -m wfctl`` (``wfctl.__main__``) imports ``wfctl.cli``.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``, at

@@ -71,7 +71,7 @@ INSERT_ORDER = "INSERT INTO workflows (workflow_type) VALUES ('order') RETURNING
 
 def test_init_upgrades_a_version_1_database(cli, empty_dsn, monkeypatch):
     """A database installed by a wfctl that knew only migration 1: other commands refuse it and
-    say to run `wfctl init`, which applies the rest and keeps the rows (issue 9, item 9)."""
+    say to run `wfctl init`, which applies the rest and keeps the rows."""
     first = schema.migrations()[:1]
     with monkeypatch.context() as patched, psycopg.connect(empty_dsn, autocommit=True) as conn:
         patched.setattr(schema, "migrations", lambda: first)

@@ -1,4 +1,4 @@
-"""Issue 10 item 12: JSON numbers arrive as the user wrote them, never through a float."""
+"""JSON numbers arrive as the user wrote them, never through a float."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inputs as the user gave them (issue 10, items 13, 16, 17 and 18); the catalogue in
+"""Inputs as the user gave them; the catalogue in
 test_bad_input.py has a row for each refusal, these check what a row cannot: memory, caps,
 the values stored, and what `show` draws of a value Python cannot read whole.
 

@@ -1,4 +1,4 @@
-"""The library raises its own exceptions, exported from ``wfctl`` (issue 11, item 4); only the
+"""The library raises its own exceptions, exported from ``wfctl``; only the
 CLI turns them into exit codes, in ``wfctl/exits.py``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Flow control on real workers (issue 14): global concurrency limits, rate limits, per-key
+"""Flow control on real workers: global concurrency limits, rate limits, per-key
 limits with fairness, enforced by the claim across every worker, and changed at run time.
 
 Leases are sampled in the database: a statement trigger on workflows records, after every

@@ -1,4 +1,4 @@
-"""Liveness that agrees with reality (issue 12, items 3, 4 and 7): every worker is judged by the
+"""Liveness that agrees with reality: every worker is judged by the
 heartbeat it recorded.
 
 - `workers` and `metrics` call a worker live only while its heartbeat is fresh by its own rule

@@ -1,4 +1,4 @@
-"""Every command's --dsn, --config and --json against one table (issue 12, item 9): a new
+"""Every command's --dsn, --config and --json against one table: a new
 command fails here until it is classified, and the README's paragraph on these options names
 every command that lacks one of them."""
 

@@ -1,4 +1,4 @@
-"""A schema of its own (issue 12, item 6): `wfctl init --schema NAME` and `[database] schema`
+"""A schema of its own: `wfctl init --schema NAME` and `[database] schema`
 put every wfctl table, function and trigger in that schema, in a database that has its own
 `workers` table; the SQL functions work whatever the caller's search_path; two schemas in one
 database run independently (their own migration lock, their own NOTIFY channel); through

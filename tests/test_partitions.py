@@ -1,4 +1,4 @@
-"""The time-partitioned layout (issue 15, part 3): `wfctl init --partitioned`, `wfctl db
+"""The time-partitioned layout: `wfctl init --partitioned`, `wfctl db
 partition`, idempotency keys without a unique index, prune dropping whole intervals, partitions
 made ahead of time (and rows moved out of the default partition), the reference queries pruned
 to their window, `wfctl db status`.

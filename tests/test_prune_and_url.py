@@ -1,6 +1,6 @@
 """`wfctl prune --dry-run` counts the worker rows it would delete too; `wfctl db url` prints a
 DSN that works (`--reveal` for its passwords; without it, one line on stderr says they are
-hidden) (issue 12, item 9)."""
+hidden)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The README's samples of coordination (issue 13: messages, events, child workflows, results,
-deadlines, ``ctx.patched``) and of flow control (issue 14) run on a real worker and do what the
+"""The README's samples of coordination (messages, events, child workflows, results,
+deadlines, ``ctx.patched``) and of flow control run on a real worker and do what the
 text says.
 
 A Markdown comment right before a code block of the README marks it: ``<!-- sample: file PATH

@@ -1,4 +1,4 @@
-"""Issue 10, item 15: the windows and durations of the reports (rows inserted with SQL).
+"""The windows and durations of the reports (rows inserted with SQL).
 
 A workflow's duration (list, show, the p50/p95 of stats) is the time its run spent in its steps,
 so time spent waiting (a retry days later, a durable sleep, a backoff) does not count; and a step

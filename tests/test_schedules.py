@@ -1,4 +1,4 @@
-"""Schedules (issue 14, item 4) on real workers and a real server: one run per tick across four
+"""Schedules on real workers and a real server: one run per tick across four
 workers, one catch-up run after downtime (every missed tick with --backfill), pause, resume,
 edit, trigger and delete, `wfctl tick` racing itself and the workers, code-declared schedules,
 and the CLI's table and JSON.

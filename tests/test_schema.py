@@ -107,7 +107,7 @@ def test_plain_insert_gets_engine_defaults(conn):
 
 def test_plain_insert_runs_under_the_types_retry_policy(workers, dsn, cli):
     """A workflow submitted by a plain INSERT of the reference columns gets the retry policy its
-    type was registered with ('doomed': max_retries=1), not a column default (issue 9, item 9)."""
+    type was registered with ('doomed': max_retries=1), not a column default."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         wid = str(
             conn.execute(

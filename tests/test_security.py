@@ -1,4 +1,4 @@
-"""Security (issue 5): no string-formatted SQL in the package, and no password in any message,
+"""Security: no string-formatted SQL in the package, and no password in any message,
 log line or --json output; a wfctl.toml holding a password is private, and a readable one is
 warned about.
 

@@ -1,4 +1,4 @@
-"""A closed SQL catalogue (issue 11, item 6): every named block of ``sql/queries/*.sql`` is run
+"""A closed SQL catalogue: every named block of ``sql/queries/*.sql`` is run
 by the package, and every block the code asks for exists. Also: the workflow status words are
 spelled in one place in Python, wfctl.words.
 

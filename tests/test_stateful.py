@@ -1,4 +1,4 @@
-"""The stateful test of issue 9 (and of issue 13's coordination, issue 14's flow control and
+"""The stateful test of the engine (with coordination, flow control and
 schedules): random interleavings of everything that can happen to a workflow, against real
 worker processes, the real CLI and a real PostgreSQL.
 
@@ -81,7 +81,7 @@ disappears). The test also installs, in its own database, an audit: two trigger-
 (sf_audit_*) recording every change of a workflow's status, epoch, attempt or max_retries
 (with its run_at, its deadline and the transaction's now()), and every write or delete of a
 step row (with its name) together with the workflow's status and epoch *as the writing
-statement sees them*; and, for issue 14, three more: every claim with the leases it left
+statement sees them*; and, for flow control and schedules, three more: every claim with the leases it left
 (sf_claims), every change of a type's limits (sf_limit_changes) and every change of a schedule
 (sf_schedule_changes), for invariants 8 and 9.
 
@@ -362,7 +362,7 @@ CREATE TRIGGER sf_audit_steps_row AFTER INSERT OR UPDATE OR DELETE ON workflow_s
     FOR EACH ROW EXECUTE FUNCTION sf_audit_steps_fn();
 """
 
-# Flow control (issue 14). sf_claims: every claim, per type and concurrency key, with the runs of
+# Flow control. sf_claims: every claim, per type and concurrency key, with the runs of
 # the type (and key) that hold a lease right after it, counted by a statement of the trigger
 # (a fresh READ COMMITTED snapshot, taken while the claim still holds the limit's row lock).
 # sf_limit_changes: every change of a type's limits (by `wfctl limit`, or a worker declaring
@@ -444,7 +444,7 @@ CREATE TRIGGER sf_limit_changes_update AFTER UPDATE ON workflow_limits
     EXECUTE FUNCTION sf_limit_changes_fn();
 """
 
-# Schedules (issue 14): every change of a schedule's row, with the writing transaction's now():
+# Schedules: every change of a schedule's row, with the writing transaction's now():
 # an add (INSERT, or an UPDATE by `schedule add` of an existing name), a pause, a resume, a
 # firing (next_tick_at moved on, updated_at unchanged) and a delete. A firing locks the row, and
 # so does every change: ``at``, taken under that lock, orders them exactly, and so does the
@@ -1581,7 +1581,7 @@ class StatefulEngine(RuleBasedStateMachine):
         worker = self._start_worker(concurrency)
         self.log(f"started worker{worker.index} (concurrency {concurrency})")
 
-    # -- flow control (issue 14) --------------------------------------------------------------
+    # -- flow control --------------------------------------------------------------
 
     def _limits_in_force(
         self, wtype: str, declared: bool
@@ -1735,7 +1735,7 @@ class StatefulEngine(RuleBasedStateMachine):
 
         self._change_limits(wtype, ["--clear"], via, change, {})
 
-    # -- schedules (issue 14) -----------------------------------------------------------------
+    # -- schedules -----------------------------------------------------------------
 
     def _schedule_call(self, args: list[str], via: str, call) -> tuple[str, Any]:
         """``wfctl schedule ARGS --json`` or ``call(conn)``: ("ok", its JSON or result),
@@ -2509,7 +2509,7 @@ def refused_statements(log: Path, offset: int = 0) -> tuple[list[str], int]:
     return refused, offset + len(complete)
 
 
-# -- flow control (issue 14) ------------------------------------------------------------------
+# -- flow control ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -2649,7 +2649,7 @@ def check_limits(source: str | psycopg.Connection, figures: collections.Counter 
             figures["rate_claims_checked"] += len(starts)
 
 
-# -- schedules (issue 14) ---------------------------------------------------------------------
+# -- schedules ---------------------------------------------------------------------
 
 
 def is_tick(every: int, instant: datetime) -> bool:

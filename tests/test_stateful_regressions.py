@@ -215,7 +215,7 @@ def sf(dsn, tmp_path):
 
 
 def test_base_exceptions_from_steps_count_as_attempts(sf):
-    """Found on 45da174 (before the fixes of issue 9), shrunk to:
+    """Found on 45da174 (before the fixes these tests hold), shrunk to:
 
         state.begin(concurrencies=[1], specs=[([['ok', 0]], ...), ([['ok', 0]], ...)])
         ... (drop_connections, restart_database, retry of finished workflows: not needed)
@@ -223,7 +223,7 @@ def test_base_exceptions_from_steps_count_as_attempts(sf):
         -> after 1-3 more rules: invariant 2, step 1 of that workflow ran under epochs
            [1, 2, 3, 4, 5], all in attempt 1 of generation 0.
 
-    Issue 9 item 1: a run that ends with a BaseException (here the step's own Abort, then
+    A run that ends with a BaseException (here the step's own Abort, then
     SystemExit) has no final write; the worker handed the row back without counting the
     attempt, so it was claimed again at once, forever. Every way an attempt ends must count."""
     wid = sf.submit([["base", 1], ["exit", 1]])
@@ -250,7 +250,7 @@ def test_exit_in_every_attempt_ends_failed_after_max_retries(sf):
 
 def test_a_step_name_the_database_refuses_fails_the_attempt_without_running(sf):
     """A step whose name is longer than workflow_steps.step_name holds: its checkpoint would be
-    refused, so the step must not run, and the attempt must count (issue 9 items 1 and 5)."""
+    refused, so the step must not run, and the attempt must count."""
     wid = sf.submit([["ok", 0], ["long", 0]], max_retries=1)
     sf.start()
     assert sf.wait_terminal(wid) == "failed"
@@ -270,7 +270,7 @@ def test_cancel_and_retry_of_a_sleeping_run_parks_it_again(sf):
         -> invariant 2: the run was handed back (running -> pending, no attempt counted,
            runnable at once) with no connection loss to explain it.
 
-    Issue 9 item 4: the retried run replays its sleep, whose wake time is still ahead, and
+    The retried run replays its sleep, whose wake time is still ahead, and
     raised Parked without writing the park: the row stayed 'running' under a worker that no
     longer ran it, which handed it back, claimed it again, and so on until the wake time.
     Expected: the replayed sleep parks the run again, same wake time, nothing counted."""
@@ -312,7 +312,7 @@ def test_cancel_and_retry_while_the_same_worker_still_runs_the_old_execution(sf)
         -> invariant 2: step 3 ran under epochs 7 and 8, both attempt 1 of the same retry
            generation.
 
-    Issue 9 item 2: one worker held the cancelled execution (still inside its step) and the
+    One worker held the cancelled execution (still inside its step) and the
     retried one of the same id; when the old one ended it removed the new one's entry, the
     heartbeat handed the new run back as "claimed during a connection loss", and it ran again
     elsewhere while its first execution carried on. Here with numbered gates, so that the new

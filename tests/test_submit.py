@@ -234,7 +234,7 @@ def race_submits(conns: list[psycopg.Connection], key: str) -> list[Submitted]:
 
 def test_same_key_at_the_same_moment_is_created_once(dsn):
     """Of several submits of one key racing each other, exactly one reports that it created the
-    workflow; all get its id (issue 9, item 8)."""
+    workflow; all get its id."""
     rounds = 15
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(8)]
     try:

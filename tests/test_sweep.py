@@ -1,4 +1,4 @@
-"""Recovery without cron (issue 12, item 2): live workers sweep the runs of workers that missed
+"""Recovery without cron: live workers sweep the runs of workers that missed
 their heartbeats, each judged by its own recorded interval, one sweeper at a time.
 
 The duty's schedule on a fake clock; the sweep statement on a real database (the per-worker

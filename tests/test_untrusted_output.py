@@ -1,4 +1,4 @@
-"""Stored data is text, never Rich markup and never terminal control (issue 10, item 9).
+"""Stored data is text, never Rich markup and never terminal control.
 
 Every value below is inserted with SQL, as any client of the shared database could, and read back
 through the CLI: `list`, `stats`, `show`, `workers`, `recover --dry-run`. Nothing may crash with

@@ -15,7 +15,7 @@ Kinds:
   k > 0, the file ``<workflow id>-k`` opens this gate alone (the others of the run stay shut);
 - ``sleep``: ``ctx.sleep(arg)``, a durable sleep of ``arg`` (a duration such as ``"300ms"``);
 - ``long``: a step whose name is longer than the 200 characters ``workflow_steps.step_name``
-  holds: the database would refuse its checkpoint (issue 9 items 1 and 5);
+  holds: the database would refuse its checkpoint;
 - ``recv``: ``ctx.recv(topic, timeout=timeout)`` with ``arg = [topic, timeout or null]``; its
   item's output is the payload received (``None`` when the timeout passed);
 - ``event``: ``ctx.set_event("progress", n)``, n counting the run's ``event`` items from 1
@@ -43,7 +43,7 @@ behind the context (``ctx._journal.claimed.epoch``), a private attribute: when t
 changes it, the line carries ``?`` and the stateful test says that this helper needs updating.
 
 ``sf-capped`` runs the same items with the same retry policy, under a concurrency limit of
-``CAPPED_CONCURRENCY`` declared in code (issue 14): the stateful test overrides it at run time
+``CAPPED_CONCURRENCY`` declared in code: the stateful test overrides it at run time
 with ``wfctl limit``, and ``--clear`` brings it back. (Children are always ``sf-flow``.)
 """
 

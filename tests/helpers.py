@@ -141,6 +141,29 @@ def freeze(proc: subprocess.Popen[Any], timeout: float = 30.0) -> None:
     wait_for(stopped, timeout=timeout, what=f"process {proc.pid} to stop on SIGSTOP")
 
 
+def run_benchmark(module: str, args: tuple[str, ...], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` from the tree's root, its output captured; past ``timeout``,
+    SIGTERM it (so that it stops its workers and drops its databases on the way out) and fail.
+    The timeout is a guard against a hang, not a speed limit."""
+    import signal
+
+    with subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=HERE.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+            raise AssertionError(f"the benchmark took more than {timeout:.0f} s:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 # -- reading what the database and the processes wrote --------------------------------------------
 
 

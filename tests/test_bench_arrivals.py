@@ -7,15 +7,11 @@ options and an unreachable server get one line, not a traceback."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 
 import psycopg
 import pytest
-from helpers import HERE
-
-ROOT = HERE.parent
+from helpers import run_benchmark
 
 KEYS = {
     "n",
@@ -58,21 +54,7 @@ ROW = {
 def bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Run the benchmark; past the timeout, SIGTERM it (so that it stops its workers and drops its
     databases on the way out) and fail. The timeout is a guard against a hang, not a speed limit."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "bench.arrivals", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-            pytest.fail(f"the benchmark took more than {timeout:.0f} s:\n{out}\n{err}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_benchmark("bench.arrivals", args, timeout)
 
 
 def check_measurement(m: dict, workers: int) -> None:

@@ -5,15 +5,11 @@ are the benchmark's business, not a test's), and that it drops the database it m
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 
 import psycopg
 import pytest
-from helpers import HERE
-
-ROOT = HERE.parent
+from helpers import run_benchmark
 
 KEYS = {
     "n",
@@ -42,21 +38,7 @@ def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     database on the way out) and fail. The timeout is a guard against a hang, not a speed limit:
     a run the worker's LISTEN misses waits for its 30 s poll, and the benchmark itself fails a
     run that takes longer than 60 s."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "bench.latency", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-            pytest.fail(f"the benchmark took more than {timeout:.0f} s:\n{out}\n{err}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_benchmark("bench.latency", args, timeout)
 
 
 def check_figures(figures: dict, n: int) -> None:

@@ -13,7 +13,7 @@ import time
 
 import psycopg
 import pytest
-from helpers import HERE, rows
+from helpers import HERE, rows, run_benchmark
 
 ROOT = HERE.parent
 # bench/ is not part of the installed package: it is imported from the source tree (as
@@ -56,21 +56,7 @@ COSTS = (
 def bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the benchmark; past the timeout, SIGTERM it (so that it stops its workers and drops its
     databases on the way out) and fail."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "bench.throughput", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    ) as proc:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=120)
-            pytest.fail(f"the benchmark took more than {timeout:.0f} s:\n{out}\n{err}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_benchmark("bench.throughput", args, timeout)
 
 
 def test_a_quick_run_verifies_every_side_and_prints_the_tables(pg_server):

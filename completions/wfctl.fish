@@ -12,7 +12,7 @@ complete -c wfctl -n __fish_use_subcommand -a list -d 'Workflows, newest first. 
 complete -c wfctl -n __fish_use_subcommand -a metrics -d 'Prometheus text format on stdout, or with --output into a file for node_exporter\'s'
 complete -c wfctl -n __fish_use_subcommand -a prune -d 'Delete old finished workflows and their steps, in batches, and worker rows stopped since'
 complete -c wfctl -n __fish_use_subcommand -a recover -d 'Requeue running workflows whose worker died, and fail the pending ones whose deadline'
-complete -c wfctl -n __fish_use_subcommand -a retry -d 'Put a failed or cancelled workflow back to pending, with its attempt counter reset'
+complete -c wfctl -n __fish_use_subcommand -a retry -d 'Put a failed or cancelled workflow back to pending, with its attempt counter reset (and'
 complete -c wfctl -n __fish_use_subcommand -a schedule -d 'Run a workflow type on a cron schedule: add, pause, resume, trigger, delete'
 complete -c wfctl -n __fish_use_subcommand -a schedules -d 'List the schedules: type, cron expression and zone, next and last tick (in the'
 complete -c wfctl -n __fish_use_subcommand -a send -d 'Send a message to a workflow: its ctx.recv(TOPIC) returns the payload'

@@ -402,6 +402,67 @@ def test_a_drop_that_cannot_get_its_locks_gives_up_and_rows_go_one_by_one(pdsn):
     assert rows(pdsn, "SELECT count(*) FROM workflows") == [(0,)]
 
 
+def test_a_drop_keeps_an_interval_holding_a_child_its_unfinished_parent_waits_for(pdsn):
+    old_partitions(pdsn, 40)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        child = finished_workflow(conn, OLD)
+        parent = conn.execute(
+            "INSERT INTO workflows (workflow_type, status) VALUES ('three', 'running') RETURNING id"
+        ).fetchone()[0]
+        conn.execute("UPDATE workflows SET parent_id = %s WHERE id = %s", (parent, child))
+        result = control.prune(conn, timedelta(days=30), ["completed"])
+    assert (result.partitions, result.workflows) == (0, 0)
+    assert rows(pdsn, "SELECT count(*) FROM workflows WHERE id = %s", child) == [(1,)]
+    assert rows(pdsn, "SELECT count(*) FROM workflow_messages WHERE workflow_id = %s", child) == [(1,)]
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE workflows SET status = 'completed', finished_at = now() WHERE id = %s", (parent,)
+        )
+        result = control.prune(conn, timedelta(days=30), ["completed"])
+    assert (result.partitions, result.workflows) == (1, 1)  # its parent ended: the interval goes
+
+
+def test_an_interval_kept_at_the_last_check_keeps_its_messages_and_events(pdsn, monkeypatch):
+    # the drop waits for its locks as long as the retry below takes
+    monkeypatch.setattr(partitions, "LOCK_TIMEOUT", "60s")
+    old_partitions(pdsn, 40)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        wid = finished_workflow(conn, OLD)
+    retry = psycopg.connect(pdsn)
+    outcome: list[control.Pruned] = []
+    try:
+        # a retry of the run, not yet committed when the drop checks the interval first
+        retry.execute(
+            "UPDATE workflows SET status = 'pending', finished_at = NULL, updated_at = now() WHERE id = %s",
+            (wid,),
+        )
+
+        def drop() -> None:
+            with psycopg.connect(pdsn, autocommit=True) as conn:
+                outcome.append(control.prune(conn, timedelta(days=30), ["completed"]))
+
+        dropper = threading.Thread(target=drop)
+        dropper.start()
+        wait_for(
+            lambda: (
+                rows(
+                    pdsn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%wfctl_prune_partition%'",
+                )
+                == [(1,)]
+            )
+        )
+        retry.commit()
+        dropper.join(timeout=30)
+        assert not dropper.is_alive()
+    finally:
+        retry.close()
+    assert (outcome[0].partitions, outcome[0].partitions_busy, outcome[0].workflows) == (0, 0, 0)
+    for table in ("workflow_steps", "workflow_messages", "workflow_events"):
+        assert rows(pdsn, f"SELECT count(*) FROM {table} WHERE workflow_id = %s", wid) != [(0,)], table
+
+
 def test_the_success_rate_query_reads_only_the_partitions_of_its_window(pdsn):
     old_partitions(pdsn, 40, 20, 10, 5, 3)
     success_rate = next(s for s in reference_queries() if "24 hours" in s)

@@ -18,6 +18,8 @@ from wfctl.queries import q
 from wfctl.words import FINISHED, RETRYABLE
 
 PRUNE_BATCH = 1000
+#: a cancel that deadlocks with a child's end (which locks the child, then its parent) tries again
+DEADLOCK_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,42 @@ class Cancelled:
 
 
 def cancel(conn: psycopg.Connection[Any], wid: UUID, reason: str | None = None) -> Cancelled:
-    """Cancel the workflow and its unfinished descendants, in one statement."""
+    """Cancel the workflow and its unfinished descendants, in one transaction: the workflow
+    and the descendants its statement sees, then, each time in a fresh snapshot, those started
+    meanwhile (committed while the cancel waited for a lock), until there are none. Once the
+    workflow is cancelled no worker can start a child of it, so the loop ends."""
+    for tries_left in range(DEADLOCK_TRIES - 1, -1, -1):
+        try:
+            with conn.transaction():
+                return _cancel_tree(conn, wid, reason)
+        except psycopg.errors.DeadlockDetected:
+            # a child started and ended while the cancel ran, locking child then parent
+            if not tries_left:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _cancel_tree(conn: psycopg.Connection[Any], wid: UUID, reason: str | None) -> Cancelled:
+    params = {"id": wid, "reason": reason, "descendants_only": False}
     with conn.cursor(row_factory=class_row(CancelledRow)) as cur:
-        rows = cur.execute(q("control.cancel"), {"id": wid, "reason": reason}).fetchall()
-    if not rows or rows[0].depth != 0:
-        raise InvalidState(
-            f"workflow {wid} is already {_lookup(conn, wid).status}: there is nothing to cancel"
-        )
+        rows = cur.execute(q("control.cancel"), params).fetchall()
+        if not rows or rows[0].depth != 0:
+            raise InvalidState(
+                f"workflow {wid} is already {_lookup(conn, wid).status}: there is nothing to cancel"
+            )
+        params["descendants_only"] = True
+        while more := cur.execute(q("control.cancel"), params).fetchall():
+            rows.extend(more)
     root = rows[0]
-    return Cancelled(root.id, root.previous_status, root.worker, tuple(rows[1:]))
+    descendants = sorted(rows[1:], key=lambda row: (row.depth, row.id))
+    return Cancelled(root.id, root.previous_status, root.worker, tuple(descendants))
 
 
 @dataclass(frozen=True)
 class Retried:
     id: UUID
     kept_steps: int  # checkpoints kept: the run resumes after step kept_steps
+    descendants: int = 0  # cancelled with it by a cancel's cascade, and pending again with it
 
 
 def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None) -> Retried:
@@ -81,11 +104,12 @@ def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None
             )
         if from_step is not None:
             conn.execute(q("control.retry_delete_steps"), {"id": wid, "from_step": from_step})
-        row = conn.execute(q("control.retry"), {"id": wid}).fetchone()
-        if row is None:  # changed between the lookup and the update
+        done = conn.execute(q("control.retry"), {"id": wid}).fetchall()
+        root = [int(step) for depth, step in done if depth == 0]
+        if not root:  # changed between the lookup and the update
             raise InvalidState(f"workflow {wid} changed state meanwhile; look again")
         conn.execute(q("control.notify"))
-    return Retried(wid, int(row[0]))
+    return Retried(wid, root[0], len(done) - 1)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,13 @@ SELECT id, status, lease_owner, current_step FROM workflows WHERE id = %(id)s;
 -- cancelled at once. Running: cancelled, and the epoch raised, so every further write of its
 -- worker is fenced out; the worker notices and stops it at its next step boundary. A running
 -- execution's row in the attempt history ends 'cancelled'. The first row is the workflow
--- asked for (none: it had finished), then one per descendant cancelled.
+-- asked for (none: it had finished, and nothing is cancelled), then one per descendant
+-- cancelled. With descendants_only, the workflow itself is left as it is and only its
+-- unfinished descendants are cancelled: control.cancel repeats that, each time in a fresh
+-- snapshot, until it finds none, so children committed while this statement waited for a lock
+-- (a start_children step holding the parent's row) are cancelled too.
+-- Rows are locked deepest first: a child's end locks the child and then its parent, and the
+-- same order here cannot deadlock with it.
 WITH RECURSIVE tree AS (
     SELECT %(id)s::uuid AS id, 0 AS depth
     UNION
@@ -19,10 +25,8 @@ old AS MATERIALIZED (
     SELECT w.id, w.status, w.lease_owner, w.lease_epoch, tree.depth
     FROM workflows w JOIN tree ON tree.id = w.id
     WHERE w.status IN ('pending', 'running')
-      -- a finished workflow: nothing at all is cancelled (its unfinished children stay)
-      AND EXISTS (SELECT 1 FROM workflows r WHERE r.id = %(id)s::uuid
-                  AND r.status IN ('pending', 'running'))
-    ORDER BY w.id
+      AND (tree.depth > 0 OR NOT %(descendants_only)s)
+    ORDER BY tree.depth DESC, w.id
     FOR UPDATE OF w
 ),
 cancelled AS (
@@ -33,6 +37,8 @@ cancelled AS (
                              ELSE format('cancelled with its ancestor %%s', %(id)s::uuid) END
     FROM old
     WHERE w.id = old.id
+      -- the workflow asked for had finished by the time its lock was had: nothing at all
+      AND (%(descendants_only)s OR EXISTS (SELECT 1 FROM old r WHERE r.depth = 0))
     RETURNING w.id, w.current_step, w.error_message
 ),
 closed AS (
@@ -54,6 +60,23 @@ DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_
 -- A failed or cancelled workflow back to pending, its attempt counter reset, keeping the
 -- checkpoints that are left (all of them unless --from-step deleted some). A retried run has
 -- no deadline (it may have failed by timing out), and a wait in progress starts afresh.
+-- With it, its descendants that a cancel's cascade took (error 'cancelled with its ancestor
+-- ...') and that its history still names: a completed step of their parent whose output holds
+-- their id (the checkpoint of the start_child or start_children step), walking down through
+-- those revived, so the retried run finds its children as they were. A child cancelled on its
+-- own stays cancelled; one whose starting step --from-step forgot is not revived (that step
+-- starts a new one). The first row is the workflow asked for (none: it changed meanwhile).
+WITH RECURSIVE revive AS (
+    SELECT %(id)s::uuid AS id, 0 AS depth
+    UNION
+    SELECT c.id, r.depth + 1
+    FROM revive r JOIN workflows c ON c.parent_id = r.id
+    WHERE r.depth < 100 AND c.status = 'cancelled'
+      AND c.error_message LIKE 'cancelled with its ancestor %%'
+      AND EXISTS (SELECT 1 FROM workflow_steps s
+                  WHERE s.workflow_id = r.id AND s.status = 'completed'
+                    AND s.output_data @> to_jsonb(c.id::text))
+)
 UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
     updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
@@ -62,32 +85,42 @@ SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = n
     wait_remaining = NULL,
     current_step = coalesce((SELECT max(s.step_number) FROM workflow_steps s
                              WHERE s.workflow_id = w.id AND s.status = 'completed'), 0)
-WHERE w.id = %(id)s AND w.status IN ('failed', 'cancelled')
-RETURNING w.current_step;
+FROM revive
+WHERE w.id = revive.id AND w.status IN ('failed', 'cancelled')
+RETURNING revive.depth, w.current_step;
 
 -- name: notify
 SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: prune_count
+-- What prune_batch would delete (`wfctl prune --dry-run`): the same condition.
 SELECT count(*) AS workflows,
        (SELECT count(*) FROM workflow_steps s
          JOIN workflows w ON w.id = s.workflow_id
         WHERE w.status = ANY(%(statuses)s::text[])
-          AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)) AS steps
-FROM workflows
-WHERE status = ANY(%(statuses)s::text[])
-  AND coalesce(finished_at, updated_at) < now() - make_interval(secs => %(older_than)s::float8);
+          AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+          AND NOT EXISTS (SELECT 1 FROM workflows p
+                          WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'))) AS steps
+FROM workflows w
+WHERE w.status = ANY(%(statuses)s::text[])
+  AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM workflows p
+                  WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'));
 
 -- name: prune_batch
 -- One batch: a bounded DELETE, committed on its own so no lock is held long on a busy table.
 -- SKIP LOCKED: never wait for a row someone holds. Every dependent table is deleted from here:
 -- the partitioned layout has no foreign keys (and so no ON DELETE CASCADE) to workflows.
+-- A finished child whose parent has not finished stays: the parent may still wait for it (or
+-- replay a wait on it) and read its outcome.
 WITH doomed AS (
-    SELECT id FROM workflows
-    WHERE status = ANY(%(statuses)s::text[])
-      AND coalesce(finished_at, updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+    SELECT w.id FROM workflows w
+    WHERE w.status = ANY(%(statuses)s::text[])
+      AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+      AND NOT EXISTS (SELECT 1 FROM workflows p
+                      WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'))
     LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF w SKIP LOCKED
 ),
 steps AS (
     DELETE FROM workflow_steps s USING doomed WHERE s.workflow_id = doomed.id RETURNING 1
@@ -107,9 +140,13 @@ gone AS (
 SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM steps) AS steps;
 
 -- name: prune_workers
--- Worker rows that stopped (or went silent) before the cutoff and hold nothing.
+-- Worker rows that stopped (or went silent) before the cutoff and hold nothing. One that has
+-- not stopped is kept while it may be alive (silent for less than its own dead-after), however
+-- short the cutoff: the runs it claims next would look ownerless.
 DELETE FROM workers k
 WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
+  AND (k.stopped_at IS NOT NULL
+       OR k.heartbeat_at < now() - make_interval(secs => k.dead_after_seconds))
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running')
 RETURNING k.id;
 
@@ -118,4 +155,6 @@ RETURNING k.id;
 SELECT count(*) AS workers
 FROM workers k
 WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
+  AND (k.stopped_at IS NOT NULL
+       OR k.heartbeat_at < now() - make_interval(secs => k.dead_after_seconds))
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running');

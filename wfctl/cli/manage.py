@@ -70,15 +70,20 @@ def retry(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Put a failed or cancelled workflow back to pending, with its attempt counter reset."""
+    """Put a failed or cancelled workflow back to pending, with its attempt counter reset (and
+    the descendants a cancel of it took with it)."""
     session = Session.create(dsn, config, json)
     wid = words.parse_id(workflow_id)
     with session.connect() as conn:
         done = control.retry(conn, wid, from_step)
     if session.json:
-        render.print_json({"id": str(wid), "resumes_after_step": done.kept_steps})
+        render.print_json(
+            {"id": str(wid), "resumes_after_step": done.kept_steps, "descendants": done.descendants}
+        )
     else:
-        render.notice(f"retrying {wid}: pending again, resuming after step {done.kept_steps}")
+        noun = "descendant" if done.descendants == 1 else "descendants"
+        revived = f", with {done.descendants} {noun} cancelled with it" if done.descendants else ""
+        render.notice(f"retrying {wid}: pending again, resuming after step {done.kept_steps}{revived}")
 
 
 def prune(

@@ -192,6 +192,9 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
+-- The run's deadline fences every write as the epoch does (migration 0015): past deadline_at
+-- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
+-- deadline error, which the worker sends), and a timeout matches only past it.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
@@ -208,10 +211,11 @@ WITH r AS (
                 %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
                 %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
-                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
+                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[],
+                %(timeouts)s::bool[])
          AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
               do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
-              step_status, output, started, step_error, set_traceback, outcome)
+              step_status, output, started, step_error, set_traceback, outcome, timeout)
 ),
 w AS (
     UPDATE {workflows} wf
@@ -233,6 +237,8 @@ w AS (
       -- status index, even when the table's statistics are stale
       AND wf.status = r.require_status
       AND (r.expect IS NULL OR wf.current_step = r.expect)
+      AND CASE WHEN r.timeout THEN wf.deadline_at <= now()
+               ELSE wf.deadline_at IS NULL OR wf.deadline_at > now() END
     RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
 ),
 a AS (

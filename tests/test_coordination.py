@@ -370,6 +370,25 @@ def test_the_deadline_duty_fails_a_running_run_and_closes_its_attempt(dsn: str, 
     assert rows(dsn, "SELECT ended_at FROM workflow_attempts WHERE workflow_id = %s", on_time) == [(None,)]
 
 
+def test_a_submits_timeout_replaces_the_types_longer_or_shorter(dsn: str, workers) -> None:
+    workers.gate.touch()
+    workers.start("--types", "timed_hold", app=APP)
+    longer = wfctl.submit(dsn, "timed_hold", None, timeout="1h")  # the type's: 2s
+    wait_for(lambda: (str(longer), "hold") in workers.effects(), what="inside the step")
+    # claimed: the deadline stays the submit's
+    ((span, error),) = rows(
+        dsn,
+        "SELECT extract(epoch FROM deadline_at - created_at), deadline_error FROM workflows WHERE id = %s",
+        longer,
+    )
+    assert 3600 - 60 < float(span) <= 3600 and error == "timed out after 1h"
+    shorter = wfctl.submit(dsn, "timed_hold", None, timeout="1s")
+    with pytest.raises(wfctl.WorkflowFailed, match="timed out after 1s"):
+        wfctl.result(dsn, shorter, timeout=30)
+    workers.gate.unlink()
+    assert wfctl.result(dsn, longer, timeout=30) == "released"
+
+
 def test_a_child_gets_at_most_its_parents_remaining_time(dsn: str, workers) -> None:
     workers.start(app=APP)
     parent = wfctl.submit(dsn, "nested", {"n": 1, "wait": True, "child_timeout": "1h"}, timeout="2s")

@@ -82,16 +82,19 @@ claimed AS (
         lease_owner = %(owner)s,
         lease_epoch = w.lease_epoch + 1,
         max_retries = coalesce(w.max_retries, p.max_retries),
-        -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit
-        -- (or its parent's, or the submit's: the earlier wins)
+        -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit; a
+        -- timeout of the submit's own replaces it (longer or shorter), a parent's deadline
+        -- alone (deadline_inherited, migration 0015) only when it comes earlier
         deadline_at = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
                             AND (w.deadline_at IS NULL
-                                 OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
+                                 OR (w.deadline_inherited
+                                     AND w.created_at + make_interval(secs => p.timeout) < w.deadline_at))
                            THEN w.created_at + make_interval(secs => p.timeout)
                            ELSE w.deadline_at END,
         deadline_error = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
                                AND (w.deadline_at IS NULL
-                                    OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
+                                    OR (w.deadline_inherited
+                                        AND w.created_at + make_interval(secs => p.timeout) < w.deadline_at))
                               THEN p.timeout_error ELSE w.deadline_error END,
         wait_kind = NULL,
         started_at = coalesce(w.started_at, now()),

@@ -109,7 +109,7 @@ ORDER BY k.dead_after_seconds DESC, k.id
 LIMIT 1;
 
 -- name: expire
--- Deadlines (migrations 0006, 0015): fail every pending run (queued, parked, backing off,
+-- Deadlines (migrations 0006, 0016): fail every pending run (queued, parked, backing off,
 -- requeued from a dead worker) and every running one whose deadline passed, with its deadline
 -- error. The epoch is raised, as a cancel does, so whatever a running one's worker sends later
 -- (its step in flight returning) is fenced out; that execution's row in the attempt history

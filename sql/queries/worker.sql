@@ -84,7 +84,7 @@ claimed AS (
         max_retries = coalesce(w.max_retries, p.max_retries),
         -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit; a
         -- timeout of the submit's own replaces it (longer or shorter), a parent's deadline
-        -- alone (deadline_inherited, migration 0015) only when it comes earlier
+        -- alone (deadline_inherited, migration 0016) only when it comes earlier
         deadline_at = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
                             AND (w.deadline_at IS NULL
                                  OR (w.deadline_inherited
@@ -195,7 +195,7 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
--- The run's deadline fences every write as the epoch does (migration 0015): past deadline_at
+-- The run's deadline fences every write as the epoch does (migration 0016): past deadline_at
 -- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
 -- deadline error, which the worker sends), and a timeout matches only past it.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a

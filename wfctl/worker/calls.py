@@ -3,7 +3,7 @@
 Unlike a checkpoint, such a step must read before it writes (is there a message? have the
 children finished?), and the answer decides between checkpointing and parking. Each is one SQL
 function (migration 0006) that locks the workflow's row, checks the lease epoch and the run's
-deadline (migration 0015), and does the whole step in one transaction. A workflow thread
+deadline (migration 0016), and does the whole step in one transaction. A workflow thread
 builds a ``Call`` and waits on it; the worker's database loop runs it on its connection,
 between group commits.
 """

@@ -1,4 +1,4 @@
--- wfctl schema, version 15: a deadline holds for a running run too, by the database's clock.
+-- wfctl schema, version 16: a deadline holds for a running run too, by the database's clock.
 --
 -- Before, a running run failed at its deadline only when its worker reached the next step
 -- boundary: a step that outlived the deadline was checkpointed, a workflow whose last step did

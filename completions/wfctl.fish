@@ -11,7 +11,7 @@ complete -c wfctl -n __fish_use_subcommand -a limits -d 'List the workflow types
 complete -c wfctl -n __fish_use_subcommand -a list -d 'Workflows, newest first. A pending one parked on a wait shows as waiting'
 complete -c wfctl -n __fish_use_subcommand -a metrics -d 'Prometheus text format on stdout, or with --output into a file for node_exporter\'s'
 complete -c wfctl -n __fish_use_subcommand -a prune -d 'Delete old finished workflows and their steps, in batches, and worker rows stopped since'
-complete -c wfctl -n __fish_use_subcommand -a recover -d 'Requeue running workflows whose worker died, and fail the pending ones whose deadline'
+complete -c wfctl -n __fish_use_subcommand -a recover -d 'Requeue running workflows whose worker died, and fail the workflows whose deadline'
 complete -c wfctl -n __fish_use_subcommand -a retry -d 'Put a failed or cancelled workflow back to pending, with its attempt counter reset (and'
 complete -c wfctl -n __fish_use_subcommand -a schedule -d 'Run a workflow type on a cron schedule: add, pause, resume, trigger, delete'
 complete -c wfctl -n __fish_use_subcommand -a schedules -d 'List the schedules: type, cron expression and zone, next and last tick (in the'

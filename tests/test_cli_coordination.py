@@ -289,6 +289,22 @@ def test_submit_timeout_fails_a_parked_run_at_its_deadline(workers, tmp_path: Pa
     assert one(workers.dsn, "SELECT count(*) FROM workflow_messages") == 0
 
 
+def test_submit_timeout_replaces_a_shorter_timeout_of_the_type(workers):
+    workers.gate.touch()
+    workers.start("--types", "timed_stages", app=APP)
+    wid = submit(workers, "timed_stages", "--timeout", "1h")  # the type's: 2s
+    wait_for(lambda: (wid, "charge") in workers.effects(), what="inside the step")
+    span, error = rows(
+        workers.dsn,
+        "SELECT extract(epoch FROM deadline_at - created_at), deadline_error FROM workflows WHERE id = %s",
+        wid,
+    )[0]
+    assert 3600 - 60 < float(span) <= 3600 and error == "timed out after 1h"
+    workers.gate.unlink()
+    done = workers.wfctl("wait", wid, "--timeout", "30s")
+    assert (done.exit_code, done.stdout) == (0, '"charged"\n'), done.output
+
+
 def test_submit_timeout_sets_the_deadline_and_its_message(cli, dsn):
     result = cli("submit", "approval", "{}", "--timeout", " 90m ", "--dsn", dsn)
     assert result.exit_code == 0, result.output

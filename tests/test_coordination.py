@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import signal
 import threading
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 from helpers import rows, wait_for
 
 import wfctl
-from wfctl import coordination
+from wfctl import coordination, recovery
+from wfctl.worker.calls import Call, execute
+from wfctl.worker.checkpoints import Request, flush
 
 APP = "coordengine"
 
@@ -272,6 +275,118 @@ def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, wor
     workers.start("--types", "leaf", app=APP)  # sweeps and expires; never runs 'held'
     with pytest.raises(wfctl.WorkflowFailed, match="timed out after 2s"):
         wfctl.result(dsn, wid, timeout=30)
+
+
+def test_a_running_run_past_its_deadline_fails_and_its_step_commits_nothing(dsn: str, workers) -> None:
+    workers.gate.touch()
+    worker = workers.start("--types", "timed_hold", app=APP)
+    wid = wfctl.submit(dsn, "timed_hold", None)  # the type's timeout: 2s
+    wait_for(lambda: (str(wid), "hold") in workers.effects(), what="inside the step")
+    # the step does not return while the gate is there: the run fails at its deadline all the same
+    wait_for(lambda: status(dsn, wid) == "failed", timeout=15, what="the run to fail at its deadline")
+    assert rows(dsn, "SELECT error_message, output_data, current_step FROM workflows WHERE id = %s", wid) == [
+        ("timed out after 2s", None, 0)
+    ]
+    # its execution's attempt is closed, and the lease epoch moved past it (the step is fenced)
+    assert rows(
+        dsn,
+        "SELECT a.ended_at IS NOT NULL, a.outcome, a.error, w.lease_epoch > a.lease_epoch"
+        " FROM workflow_attempts a JOIN workflows w ON w.id = a.workflow_id WHERE a.workflow_id = %s",
+        wid,
+    ) == [(True, "error", "timed out after 2s", True)]
+    # the step returns, past the deadline: nothing of it commits, and its worker stops the execution
+    workers.gate.unlink()
+    wait_for(lambda: f"{wid} lease lost" in worker.log_path.read_text(), what="the worker to drop the run")
+    assert rows(dsn, "SELECT count(*) FROM workflow_steps WHERE workflow_id = %s", wid) == [(0,)]
+    assert rows(dsn, "SELECT status, error_message, output_data FROM workflows WHERE id = %s", wid) == [
+        ("failed", "timed out after 2s", None)
+    ]
+
+
+def _running(conn: psycopg.Connection, deadline_in: float) -> object:
+    """A run held by a worker under epoch 1, its deadline ``deadline_in`` seconds from now."""
+    return conn.execute(
+        "INSERT INTO workflows (workflow_type, status, lease_epoch, started_at, deadline_at, deadline_error)"
+        " VALUES ('leaf', 'running', 1, now(), now() + make_interval(secs => %s), 'timed out after 1s')"
+        " RETURNING id",
+        (deadline_in,),
+    ).fetchone()[0]
+
+
+def test_a_write_past_the_deadline_matches_no_row_and_the_run_fails_timed_out(dsn: str, conn) -> None:
+    late, on_time = _running(conn, -1), _running(conn, 3600)
+    now = datetime.now(UTC)
+    checkpoints = {
+        w: Request(w, 1, "step", 1, step=1, name="one", output="1", started=now) for w in (late, on_time)
+    }
+    flush(conn, list(checkpoints.values()))
+    assert (checkpoints[late].ok, checkpoints[on_time].ok) == (False, True)
+    completions = {
+        late: Request(late, 1, "complete", 1, result='"done"', expect=0),
+        on_time: Request(on_time, 1, "complete", 1, result='"done"', expect=1),
+    }
+    flush(conn, list(completions.values()))
+    assert (completions[late].ok, completions[on_time].ok) == (False, True)
+    # a coordination step is refused the same way, and says why
+    event = Call("set_event", late, 1, 1, 1, "event", now, {"key": "k", "value": "1"})
+    execute(conn, event)
+    assert (event.state, event.output) == ("expired", "timed out after 1s")
+    assert rows(dsn, "SELECT count(*) FROM workflow_events") == [(0,)]
+    assert rows(dsn, "SELECT status, current_step FROM workflows WHERE id = %s", late) == [("running", 0)]
+    assert rows(dsn, "SELECT count(*) FROM workflow_steps WHERE workflow_id = %s", late) == [(0,)]
+    # the one write that passes past the deadline: the run timed out (the worker's, or expire)
+    timed_out = Request(late, 1, "timeout", 1, error="timed out after 1s")
+    flush(conn, [timed_out])
+    assert timed_out.ok
+    assert rows(dsn, "SELECT status, error_message, lease_epoch FROM workflows WHERE id = %s", late) == [
+        ("failed", "timed out after 1s", 1)
+    ]
+    # ...and refused before it: only the database's clock says a run timed out
+    early = Request(_running(conn, 3600), 1, "timeout", 1, error="timed out after 1s")
+    flush(conn, [early])
+    assert not early.ok
+    assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", early.workflow_id) == [("running",)]
+
+
+def test_the_deadline_duty_fails_a_running_run_and_closes_its_attempt(dsn: str, conn) -> None:
+    late, on_time = _running(conn, -1), _running(conn, 3600)
+    for wid in (late, on_time):
+        conn.execute(
+            "INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id,"
+            " workflow_created_at) SELECT id, 1, 1, 'w', created_at FROM workflows WHERE id = %s",
+            (wid,),
+        )
+    assert [(e.id, e.error_message) for e in recovery.expire_due(conn)] == [(late, "timed out after 1s")]
+    assert [(e.id, e.error_message) for e in recovery.expire(conn)] == [(late, "timed out after 1s")]
+    assert rows(
+        dsn,
+        "SELECT status, error_message, lease_epoch, finished_at IS NOT NULL FROM workflows WHERE id = %s",
+        late,
+    ) == [("failed", "timed out after 1s", 2, True)]
+    assert rows(
+        dsn, "SELECT outcome, error, ended_at IS NOT NULL FROM workflow_attempts WHERE workflow_id = %s", late
+    ) == [("error", "timed out after 1s", True)]
+    assert rows(dsn, "SELECT status, lease_epoch FROM workflows WHERE id = %s", on_time) == [("running", 1)]
+    assert rows(dsn, "SELECT ended_at FROM workflow_attempts WHERE workflow_id = %s", on_time) == [(None,)]
+
+
+def test_a_submits_timeout_replaces_the_types_longer_or_shorter(dsn: str, workers) -> None:
+    workers.gate.touch()
+    workers.start("--types", "timed_hold", app=APP)
+    longer = wfctl.submit(dsn, "timed_hold", None, timeout="1h")  # the type's: 2s
+    wait_for(lambda: (str(longer), "hold") in workers.effects(), what="inside the step")
+    # claimed: the deadline stays the submit's
+    ((span, error),) = rows(
+        dsn,
+        "SELECT extract(epoch FROM deadline_at - created_at), deadline_error FROM workflows WHERE id = %s",
+        longer,
+    )
+    assert 3600 - 60 < float(span) <= 3600 and error == "timed out after 1h"
+    shorter = wfctl.submit(dsn, "timed_hold", None, timeout="1s")
+    with pytest.raises(wfctl.WorkflowFailed, match="timed out after 1s"):
+        wfctl.result(dsn, shorter, timeout=30)
+    workers.gate.unlink()
+    assert wfctl.result(dsn, longer, timeout=30) == "released"
 
 
 def test_a_child_gets_at_most_its_parents_remaining_time(dsn: str, workers) -> None:

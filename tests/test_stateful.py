@@ -182,7 +182,9 @@ parked on a topic where none waits, as the outside world would, until drained):
    parent's for a child), or ``cancelled``, or was ended by the execution that held it since
    before the deadline (the end of a run is not a step boundary); none timed out early; and no
    step function began more than 0.5s past the deadline, unless its worker was frozen (SIGSTOP)
-   between that execution's claim and the step (a freeze puts the worker's clock behind).
+   between that execution's claim and the step (a freeze puts the worker's clock behind);
+8. no run completes past its deadline: a completed run's ``finished_at`` is at most its
+   ``deadline_at`` (plus the same 0.5s): the database refuses a completion after it.
 
 A violation is recorded, not raised, and the teardown raises them all with a trace of what the
 test did (and where its files are): the number of rules an example runs, and what Hypothesis
@@ -3039,6 +3041,16 @@ def final_check_list(
                 f"execution claimed at {claims[-1][0] if claims else None}"
             )
 
+    def no_run_completes_past_its_deadline() -> None:
+        # the deadline fences the completion in the database: none commits after it
+        late = query(
+            dsn,
+            "SELECT id::text, finished_at, deadline_at FROM workflows WHERE status = 'completed'"
+            " AND deadline_at IS NOT NULL AND finished_at > deadline_at + %s",
+            (DEADLINE_SLACK,),
+        )
+        assert not late, f"invariant 8: completed past the deadline (id, finished, deadline): {late}"
+
     def steps_begin_before_the_deadline() -> None:
         # no step function of a run began after the run's deadline, unless its worker was frozen
         # (SIGSTOP) meanwhile: the step boundary reads a clock that a freeze between the claim and
@@ -3073,6 +3085,7 @@ def final_check_list(
         completed_runs_are_whole,
         failed_runs_used_their_attempts,
         deadlines_hold,
+        no_run_completes_past_its_deadline,
         steps_begin_before_the_deadline,
         terminal,
     ]

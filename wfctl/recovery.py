@@ -1,7 +1,7 @@
 """Requeueing runs whose worker died: ``wfctl recover --stale 5m`` (from cron), the sweep live
 workers run (each worker judged by its own recorded heartbeat), and the guard that keeps
 ``recover`` from judging a live worker by a threshold shorter than its own. Also failing the
-runs whose deadline passed (``expire``), which both do too."""
+runs whose deadline passed, pending or running (``expire``), which both do too."""
 
 from __future__ import annotations
 
@@ -45,9 +45,9 @@ EXPIRE_BATCH = 1000
 
 
 def expire(conn: psycopg.Connection[Any]) -> list[Expired]:
-    """Fail every pending run past its deadline (queued, parked, backing off, or requeued from
-    a dead worker): a worker duty and part of ``wfctl recover``. Running ones fail at their next
-    step boundary on their worker."""
+    """Fail every run past its deadline, pending (queued, parked, backing off, requeued from a
+    dead worker) or running: a worker duty and part of ``wfctl recover``. The epoch is raised,
+    so a running one's worker commits nothing more for it (its step in flight is fenced)."""
     found: list[Expired] = []
     with conn.cursor(row_factory=class_row(Expired)) as cur:
         while True:
@@ -57,11 +57,11 @@ def expire(conn: psycopg.Connection[Any]) -> list[Expired]:
                 return found
 
 
-def expire_due(conn: psycopg.Connection[Any], requeued: Sequence[UUID] = ()) -> list[Expired]:
+def expire_due(conn: psycopg.Connection[Any], failing: Sequence[UUID] = ()) -> list[Expired]:
     """What ``expire`` would fail now, changing nothing (``wfctl recover --dry-run``); with
-    ``requeued``, the runs a recover would requeue before it expires (they count as pending)."""
+    ``failing``, the runs a recover would fail before it expires (stale, out of retries)."""
     with conn.cursor(row_factory=class_row(Expired)) as cur:
-        return cur.execute(q("recovery.expire_due"), {"requeued": list(requeued)}).fetchall()
+        return cur.execute(q("recovery.expire_due"), {"failing": list(failing)}).fetchall()
 
 
 @dataclass(frozen=True)

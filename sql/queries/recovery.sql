@@ -109,31 +109,45 @@ ORDER BY k.dead_after_seconds DESC, k.id
 LIMIT 1;
 
 -- name: expire
--- Deadlines (migration 0006): fail every pending run (queued, parked, backing off, requeued
--- from a dead worker) whose deadline passed. A running one fails at its next step boundary on
--- its worker. Rows someone holds are skipped, to be failed on the next pass.
+-- Deadlines (migrations 0006, 0016): fail every pending run (queued, parked, backing off,
+-- requeued from a dead worker) and every running one whose deadline passed, with its deadline
+-- error. The epoch is raised, as a cancel does, so whatever a running one's worker sends later
+-- (its step in flight returning) is fenced out; that execution's row in the attempt history
+-- ends 'error' with the same error. Rows someone holds are skipped, to be failed on the next
+-- pass (a transactional step's fence holds its run's row only until its commit).
 WITH due AS MATERIALIZED (
     SELECT id
     FROM workflows
-    WHERE status = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= now()
+    WHERE status IN ('pending', 'running') AND deadline_at IS NOT NULL AND deadline_at <= now()
     ORDER BY deadline_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+expired AS (
+    UPDATE workflows w
+    SET status = 'failed', finished_at = now(), updated_at = now(),
+        error_message = coalesce(w.deadline_error, 'timed out'), error_traceback = NULL,
+        wait_kind = NULL, lease_epoch = w.lease_epoch + 1
+    FROM due
+    WHERE w.id = due.id AND w.status IN ('pending', 'running')
+    RETURNING w.id, w.workflow_type, w.error_message, w.lease_epoch, w.current_step
+),
+closed AS (
+    -- a running execution's row (a pending run's was closed when it parked, backed off or
+    -- was handed back)
+    UPDATE workflow_attempts wa
+    SET ended_at = now(), outcome = 'error', last_step = e.current_step, error = e.error_message
+    FROM expired e
+    WHERE wa.workflow_id = e.id AND wa.lease_epoch = e.lease_epoch - 1 AND wa.ended_at IS NULL
 )
-UPDATE workflows w
-SET status = 'failed', finished_at = now(), updated_at = now(),
-    error_message = coalesce(w.deadline_error, 'timed out'), error_traceback = NULL,
-    wait_kind = NULL, lease_epoch = w.lease_epoch + 1
-FROM due
-WHERE w.id = due.id AND w.status = 'pending'
-RETURNING w.id, w.workflow_type, w.error_message;
+SELECT id, workflow_type, error_message FROM expired;
 
 -- name: expire_due
--- What expire would fail, for `recover --dry-run`: nothing is changed. %(requeued)s: the runs
--- the same recover would requeue first (pending by the time expire runs).
+-- What expire would fail, for `recover --dry-run`: nothing is changed. %(failing)s: the runs
+-- the same recover would fail first (stale, no retries left), which expire then leaves alone.
 SELECT id, workflow_type, coalesce(deadline_error, 'timed out') AS error_message
 FROM workflows
 WHERE status IN ('pending', 'running')
-  AND (status = 'pending' OR id = ANY (%(requeued)s::uuid[]))
+  AND NOT (id = ANY (%(failing)s::uuid[]))
   AND deadline_at IS NOT NULL AND deadline_at <= now()
 ORDER BY deadline_at, id;

@@ -82,16 +82,19 @@ claimed AS (
         lease_owner = %(owner)s,
         lease_epoch = w.lease_epoch + 1,
         max_retries = coalesce(w.max_retries, p.max_retries),
-        -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit
-        -- (or its parent's, or the submit's: the earlier wins)
+        -- the type's timeout (@wfctl.workflow(timeout=...)) counts from the submit; a
+        -- timeout of the submit's own replaces it (longer or shorter), a parent's deadline
+        -- alone (deadline_inherited, migration 0016) only when it comes earlier
         deadline_at = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
                             AND (w.deadline_at IS NULL
-                                 OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
+                                 OR (w.deadline_inherited
+                                     AND w.created_at + make_interval(secs => p.timeout) < w.deadline_at))
                            THEN w.created_at + make_interval(secs => p.timeout)
                            ELSE w.deadline_at END,
         deadline_error = CASE WHEN w.started_at IS NULL AND p.timeout IS NOT NULL
                                AND (w.deadline_at IS NULL
-                                    OR w.created_at + make_interval(secs => p.timeout) < w.deadline_at)
+                                    OR (w.deadline_inherited
+                                        AND w.created_at + make_interval(secs => p.timeout) < w.deadline_at))
                               THEN p.timeout_error ELSE w.deadline_error END,
         wait_kind = NULL,
         started_at = coalesce(w.started_at, now()),
@@ -192,6 +195,9 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
+-- The run's deadline fences every write as the epoch does (migration 0016): past deadline_at
+-- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
+-- deadline error, which the worker sends), and a timeout matches only past it.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
 -- status (complete, fail, park, release) is reported as done when the workflow, under the
@@ -208,10 +214,11 @@ WITH r AS (
                 %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
                 %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
-                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[])
+                %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[],
+                %(timeouts)s::bool[])
          AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
               do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
-              step_status, output, started, step_error, set_traceback, outcome)
+              step_status, output, started, step_error, set_traceback, outcome, timeout)
 ),
 w AS (
     UPDATE {workflows} wf
@@ -233,6 +240,8 @@ w AS (
       -- status index, even when the table's statistics are stale
       AND wf.status = r.require_status
       AND (r.expect IS NULL OR wf.current_step = r.expect)
+      AND CASE WHEN r.timeout THEN wf.deadline_at <= now()
+               ELSE wf.deadline_at IS NULL OR wf.deadline_at > now() END
     RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
 ),
 a AS (

@@ -84,6 +84,14 @@ def held(ctx: wfctl.Context, data: dict[str, Any]) -> str:
     return "released"
 
 
+@wfctl.workflow("timed_hold", max_retries=3, timeout="2s")
+def timed_hold(ctx: wfctl.Context, data: Any) -> str:
+    """The type's deadline is 2 s; its one step holds its worker while the gate file exists
+    (a step that takes too long, or never returns)."""
+    ctx.step("hold", gate, str(ctx.workflow_id), "hold", 1)
+    return "released"
+
+
 @wfctl.workflow("bulk", max_retries=0)
 def bulk(ctx: wfctl.Context, data: dict[str, Any]) -> int:
     ids = ctx.start_children(

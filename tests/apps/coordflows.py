@@ -36,6 +36,13 @@ def stages(ctx: wfctl.Context, data: dict[str, Any]) -> str:
     return "charged"
 
 
+@wfctl.workflow("timed_stages", max_retries=0, timeout="2s")
+def timed_stages(ctx: wfctl.Context, data: Any) -> str:
+    """The type's deadline is 2 s; its gated step holds the worker for as long as a test says."""
+    ctx.step("charge", gate, str(ctx.workflow_id), "charge", 1)
+    return "charged"
+
+
 @wfctl.workflow("declines", max_retries=0)
 def declines(ctx: wfctl.Context, data: dict[str, Any] | None) -> None:
     data = data or {}

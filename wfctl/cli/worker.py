@@ -175,7 +175,7 @@ def recover(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Requeue running workflows whose worker died, and fail the pending ones whose deadline
+    """Requeue running workflows whose worker died, and fail the workflows whose deadline
     passed (for cron: silent when there is nothing to do). Live workers do both themselves (the
     sweep, the deadline duty); this is for cron and for deployments without long-lived workers."""
     session = Session.create(dsn, config, json)
@@ -187,7 +187,7 @@ def recover(
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
         try:
             if dry_run:
-                expired = recovery.expire_due(conn, [r.id for r in rows if r.status == words.PENDING])
+                expired = recovery.expire_due(conn, [r.id for r in rows if r.status == words.FAILED])
             else:
                 expired = recovery.expire(conn)  # after the requeue: a requeued run past its deadline too
         except psycopg.Error:

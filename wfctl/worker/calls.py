@@ -2,9 +2,10 @@
 
 Unlike a checkpoint, such a step must read before it writes (is there a message? have the
 children finished?), and the answer decides between checkpointing and parking. Each is one SQL
-function (migration 0006) that locks the workflow's row, checks the lease epoch, and does the
-whole step in one transaction. A workflow thread builds a ``Call`` and waits on it; the
-worker's database loop runs it on its connection, between group commits.
+function (migration 0006) that locks the workflow's row, checks the lease epoch and the run's
+deadline (migration 0016), and does the whole step in one transaction. A workflow thread
+builds a ``Call`` and waits on it; the worker's database loop runs it on its connection,
+between group commits.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ def _run(conn: psycopg.Connection[Any], op: str, params: dict[str, Any]) -> tupl
 
 class Call:
     """One coordination step of one execution, fenced by ``epoch``. After ``wait()``: ``state``
-        is 'done' (``output`` is the checkpointed output), 'parked', 'fenced' or 'refused' (``output``
-    says why: the step can never succeed); or ``failure``
-        says the database refused it or could not be reached for good."""
+    is 'done' (``output`` is the checkpointed output), 'parked', 'fenced', 'refused' (``output``
+    says why: the step can never succeed) or 'expired' (past the run's deadline nothing was
+    done; ``output`` is the deadline's error); or ``failure`` says the database refused it or
+    could not be reached for good."""
 
     __slots__ = (
         "_done",

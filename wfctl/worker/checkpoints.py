@@ -3,6 +3,7 @@
 A workflow thread builds a ``Request`` and waits on it; the worker's database loop collects
 every request waiting at that moment, sends them in one statement (one round trip, one commit),
 and resolves each: ``ok`` when the write happened under the thread's epoch, otherwise fenced.
+The run's deadline fences like the epoch: past it only a "timeout" write is taken.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from wfctl.queries import composed
 from wfctl.words import COMPLETED, FAILED, PENDING, RUNNING
 from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
-Kind = Literal["step", "park", "complete", "fail", "release"]
+#: "timeout": the run failed at its deadline, with its deadline error: the one write the
+#: database takes past the deadline, and only then (every other kind is refused past it).
+Kind = Literal["step", "park", "complete", "fail", "release", "timeout"]
 
 
 class Request:
@@ -184,6 +187,7 @@ class Target:
     step_started: datetime | None = None
     step_error: str | None = None
     outcome: str | None = None  # the execution ends: how (closes its workflow_attempts row)
+    timeout: bool = False  # the run timed out: written only past its deadline (others only before)
 
 
 def _step_row(t: Target, r: Request, *, failed: bool = False) -> None:
@@ -225,6 +229,9 @@ def target(group: tuple[Request, ...]) -> Target:
             _step_row(t, last, failed=True)
     elif kind == "release":
         t.status, t.run_delay, t.outcome = PENDING, 0.0, "released"
+    elif kind == "timeout":
+        t.status, t.set_error, t.error, t.traceback = FAILED, True, _storable_text(last.error), None
+        t.finish, t.outcome, t.timeout = True, "error", True
     return t
 
 
@@ -298,6 +305,7 @@ def _write(
         "step_errors": _text_array([_storable_text(t.step_error) for t in rows]),
         "tracebacks": _text_array([t.traceback for t in rows]),
         "outcomes": _text_array([t.outcome for t in rows]),
+        "timeouts": _array([t.timeout for t in rows]),
     }
     with conn.cursor(row_factory=class_row(Written)) as cur:
         query = composed("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)

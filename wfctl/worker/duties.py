@@ -5,7 +5,8 @@ A duty is due at a time on the loop's monotonic clock, or at once when something
 that are due at each turn and sleeps until the earliest due time of the duties that are
 active. Heartbeat, polling for work, the stale sweep (``wfctl/worker/sweep.py``), deadlines and
 the schedules' ticks (``wfctl/worker/ticks.py``) are duties: a name, an interval, an action, a
-test each.
+test each. Polling and the deadlines are also due at alarms (``Alarmed``): a time a run this
+worker holds becomes due, or reaches its deadline.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 Clock = Callable[[], float]
-ALARM_HORIZON = 3600.0  # seconds: Poll.alarm ignores alarms further ahead than its next poll
+ALARM_HORIZON = 3600.0  # seconds: Alarmed.alarm ignores alarms further ahead than its next run
 D = TypeVar("D", bound="Duty")
 
 
@@ -58,11 +59,9 @@ class Duty:
         self.action()
 
 
-class Poll(Duty):
-    """Polling for work: every ``interval`` seconds, and at each alarm set in between (a run this
-    worker parked or backed off becomes due then, or a rate limit lets the next start go),
-    which a claim for another reason meanwhile does not cancel. Nothing announces a due time
-    with a NOTIFY: without the alarm such a run would wait for the poll."""
+class Alarmed(Duty):
+    """A duty due every ``interval`` seconds and at each alarm set in between, which a run for
+    another reason meanwhile does not cancel."""
 
     def __init__(
         self,
@@ -77,7 +76,7 @@ class Poll(Duty):
 
     def alarm(self, at: float) -> None:
         """Be due at ``at`` (on the loop's clock) as well; an alarm more than ALARM_HORIZON
-        ahead is left to the polls (the heap stays small under long sleeps)."""
+        ahead is left to the regular runs (the heap stays small under long sleeps)."""
         if at - self.next_at > ALARM_HORIZON:
             return
         heapq.heappush(self._alarms, at)
@@ -89,6 +88,13 @@ class Poll(Duty):
             heapq.heappop(self._alarms)
         if self._alarms:
             self.next_at = min(self.next_at, self._alarms[0])
+
+
+class Poll(Alarmed):
+    """Polling for work: every ``interval`` seconds, and at each alarm set in between (a run this
+    worker parked or backed off becomes due then, or a rate limit lets the next start go).
+    Nothing announces a due time with a NOTIFY: without the alarm such a run would wait for the
+    poll."""
 
 
 class Duties:

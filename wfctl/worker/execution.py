@@ -2,7 +2,9 @@
 
 Every write goes to the worker's database loop as a ``Request`` and this thread waits for it
 to be committed (group commit with the other threads' writes). A write that comes back fenced
-means the lease was lost: the run stops at once and commits nothing more.
+means the lease was lost, or the run's deadline passed: the run stops at once and commits
+nothing more; past the deadline it fails with the deadline's error (a "timeout" write, the one
+the database takes past it), unless the deadline duty failed it first.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ Send = Callable[[Request | Call], None]
 
 
 class DeadlinePassed(ControlFlow):
-    """The run's deadline passed: it fails at this step boundary, without retries."""
+    """The run's deadline passed: it fails now, without retries."""
 
 
 LEASE_RECHECK = 1.0  # seconds: how long a step waits for a re-confirming heartbeat before asking again
@@ -148,9 +150,14 @@ class Execution:
         if not confirmed:
             raise Released()  # stopping: the run is handed back
 
-    def _check_deadline(self) -> None:
+    def past_deadline(self) -> bool:
+        """The run's deadline has passed by this execution's clock (never ahead of the
+        database's)."""
         deadline = self.claimed.deadline_at
-        if deadline is not None and self.now() >= deadline:
+        return deadline is not None and self.now() >= deadline
+
+    def _check_deadline(self) -> None:
+        if self.past_deadline():
             raise DeadlinePassed(self.claimed.deadline_error or "timed out")
 
     def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
@@ -189,6 +196,9 @@ class Execution:
         if call.state == "refused":  # the same call would be refused on every replay
             self.terminal = False
             raise PermanentError(str(call.output))
+        if call.state == "expired":  # past the run's deadline: nothing was done
+            self.terminal = False
+            raise DeadlinePassed(str(call.output))
         if call.state == "parked":
             deadline = (call.output or {}).get("deadline") if isinstance(call.output, dict) else None
             what = (
@@ -255,7 +265,8 @@ class Execution:
             try:
                 self._settle()
             except Lost:
-                return False
+                if kind != "timeout":  # a refused checkpoint does not stop the timeout
+                    return False
         request = self._request(kind, **values)
         if terminal:
             self.terminal = True
@@ -297,7 +308,7 @@ class Execution:
                 self.outcome = "completed"
                 self._log.event("completed", self.id, duration=_secs(began), **fields)
             else:
-                self._lost(began)
+                self._refused(began)
         except Parked as parked:
             self.outcome = "parked"
             if parked.wake_at is not None:
@@ -309,10 +320,12 @@ class Execution:
                 self.outcome = "released"
                 self._log.event("released", self.id, reason="worker shutting down", **fields)
             else:
-                self._lost(began)
+                self._refused(began)
         except Lost:
-            self._lost(began)
-        except (DeterminismError, DeadlinePassed) as exc:
+            self._refused(began)
+        except DeadlinePassed as exc:
+            self._timed_out(str(exc), began)
+        except DeterminismError as exc:
             self._fail(str(exc), None, began, final=True)
         except StepFailed as exc:
             error = exc.error
@@ -351,7 +364,7 @@ class Execution:
             values.update(step=step.number, name=step.name, started=step.started_at)
         ok = self._write("fail", terminal=True, **values)
         if not ok:
-            self._lost(began)
+            self._refused(began)
             return
         fields = {"type": c.workflow_type, "attempt": c.attempt, "duration": _secs(began)}
         if step is not None:
@@ -369,6 +382,33 @@ class Execution:
                 retry_in=f"{timedelta(seconds=delay or 0).total_seconds():.2f}s",
                 **fields,
             )
+
+    def _refused(self, began: float) -> None:
+        """A write came back fenced out (or the lease is known to be gone). Past the run's
+        deadline the database refuses every write but the timeout: a run that has a deadline
+        tries that one (the database takes it only past the deadline, by its own clock, and
+        only while this execution holds the run); otherwise, or if that is refused too, the
+        lease is gone (recovered, cancelled, or failed at its deadline by the deadline duty)."""
+        if self.claimed.deadline_at is not None and not self.lost and self.write_error is None:
+            self._timed_out(self.claimed.deadline_error or "timed out", began)
+        else:
+            self._lost(began)
+
+    def _timed_out(self, message: str, began: float) -> None:
+        """The run's deadline passed: it fails with the deadline's error, without retries."""
+        c = self.claimed
+        if not self._write("timeout", terminal=True, error=message):
+            self._lost(began)
+            return
+        self.outcome = "failed"
+        self._log.event(
+            "failed",
+            f"{self.id} {message}",
+            level="error",
+            type=c.workflow_type,
+            attempt=c.attempt,
+            duration=_secs(began),
+        )
 
     def abandon_request(self) -> Request:
         """The write that ends this attempt when it ended without a committed final write:
@@ -404,8 +444,8 @@ class Execution:
         self.outcome = "lost"
         self._log.event(
             "lost",
-            f"{self.id} lease lost (recovered, cancelled or released elsewhere): nothing more is "
-            "committed for it",
+            f"{self.id} lease lost (recovered, cancelled, timed out or released elsewhere): nothing "
+            "more is committed for it",
             level="warning",
             type=self.claimed.workflow_type,
             epoch=self.claimed.epoch,

@@ -40,7 +40,7 @@ from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat, poollog, ticks
 from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import Request, flush, merge
-from wfctl.worker.duties import Duties, Duty, Poll
+from wfctl.worker.duties import Alarmed, Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.lease import Leases
@@ -156,11 +156,12 @@ class Worker:
                     enabled=lambda: not self.stopping.is_set(),
                 )
             )
-        # deadlines: fail the pending runs (queued, parked, requeued) whose deadline passed;
-        # every beat, also with --no-sweep (running ones fail at their next step boundary)
+        # deadlines: fail the runs whose deadline passed, pending (queued, parked, requeued) or
+        # running; every beat, also with --no-sweep, and at the deadline of each run claimed here
         self.deadlines = self.duties.add(
-            Duty("deadlines", options.heartbeat, self._expire, active=lambda: not self.stopping.is_set())
+            Alarmed("deadlines", options.heartbeat, self._expire, active=lambda: not self.stopping.is_set())
         )
+        self._expire_every_at = 0.0  # when the deadline duty's next regular pass is due
         # schedules: fire the ticks that are due, at the earliest tick and at least every beat
         self.ticks = self.duties.add(
             ticks.TickDuty(
@@ -541,6 +542,10 @@ class Worker:
             )
             self.running[execution.key] = execution
             self.backlog.append(execution)
+            if claimed.deadline_at is not None:
+                # fail it at its deadline, whatever its step is doing (a step does not return)
+                left = (claimed.deadline_at - claimed.db_now).total_seconds()
+                self.deadlines.alarm(claimed.claimed_at + max(0.0, left) + ALARM_SLACK)
         self._start_ready()
         return len(batch.claimed)
 
@@ -667,13 +672,27 @@ class Worker:
         return found  # type: ignore[no-any-return]
 
     def _expire(self) -> None:
+        now = time.monotonic()
+        if now < self._expire_every_at and not any(
+            e.past_deadline() for e in self.running.values() if not e.terminal and not e.lost
+        ):
+            return  # an alarm for a run that has ended here since: no statement
+        if now >= self._expire_every_at:
+            self._expire_every_at = now + self.options.heartbeat
         try:
             expired = self._with_db("deadline check", recovery.expire)
         except psycopg.Error as exc:
             self._refused("deadline check", exc)
             return
+        failed: set[UUID] = set()
         for run in expired:
+            failed.add(run.id)
             self.log.event("failed", f"{run.id} {run.error_message}", level="error", type=run.workflow_type)
+        for execution in self.running.values():
+            # one of ours: its epoch moved on, so it commits nothing more; it stops at its
+            # next write or step
+            if execution.claimed.id in failed:
+                execution.lost = True
 
     def _ensure_partitions(self) -> None:
         try:

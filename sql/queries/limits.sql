@@ -1,5 +1,5 @@
 -- Flow-control limits (wfctl/limits.py): what code declares, what operators set, and the list.
--- The claim enforces them (worker.claim, wfctl_claim_allowed in migrations 0007 and 0015).
+-- The claim enforces them (worker.claim, wfctl_claim_allowed in migrations 0007 and 0017).
 
 -- name: lock
 -- Before `declare`, in its transaction: lock the types' rows in name order, the order claims

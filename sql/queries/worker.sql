@@ -40,7 +40,7 @@ SELECT pg_notify(wfctl_channel(), 'head');
 -- the execution's row in workflow_attempts, and returns the journal of completed steps for a
 -- run that resumes.
 -- Types with a limit in force (workflow_limits, migration 0007) are picked by
--- wfctl_claim_allowed (migration 0015), which serializes their claims on the limit's row and
+-- wfctl_claim_allowed (migration 0017), which serializes their claims on the limit's row and
 -- counts in a fresh snapshot; it is not called at all when none of the worker's types is
 -- limited. The batch is the first %(limit)s of its picks and of the other types' pick by
 -- (priority DESC, run_at, id). A rate limit that held back runnable work adds one row without
@@ -68,7 +68,7 @@ stop AS MATERIALIZED (
     OFFSET greatest(%(limit)s - 1, 0) LIMIT 1
 ),
 in_order AS MATERIALIZED (
-    -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011, 0015) reads
+    -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011, 0017) reads
     -- the runnable index in order, one priority at a time, only as far as the rows it takes,
     -- at the priority of the worker's frontier (its last claim's key; NULL: from the head)
     -- from just after that key, and no further than the stop; between scans from the head, in
@@ -213,7 +213,7 @@ FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 -- In the partitioned layout wfctl/worker/claims.py splices this into worker.claim's UPDATE in
 -- place of its marker /* claim_pruned */ (migration 0012): the oldest picked run's created_at (the
 -- partition key, migration 0010), so the partitions older than it are not read (every pick
--- comes with its created_at since migration 0015; one without: all are). Not in the
+-- comes with its created_at since migration 0017; one without: all are). Not in the
 -- unpartitioned layout:
 -- there, on statistics taken when the table was nearly empty, the planner added
 -- workflows_created_idx to the primary key (a BitmapAnd) and read every entry from that

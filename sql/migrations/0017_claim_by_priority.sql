@@ -1,4 +1,4 @@
--- wfctl schema, version 15: a claim takes runs by priority, then run_at, then id, across limited
+-- wfctl schema, version 17: a claim takes runs by priority, then run_at, then id, across limited
 -- and unlimited types alike; limits only hold runs back.
 --
 -- Before, worker.claim gave the limited types' pick (wfctl_claim_limited) the whole batch first

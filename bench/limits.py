@@ -12,7 +12,7 @@ variant once in a rotated order, so that they share the machine's noise:
   commit, or a directory holding a source tree), in a database of its own with its own schema;
 - (a) none: the current code with no limit at all (no workflow_limits row);
 - (b) limit: a concurrency limit of 100,000 on ``noop3``: in force, so every claim goes through
-  ``wfctl_claim_limited``, but never binding;
+  ``wfctl_claim_allowed``, but never binding;
 - (c) keyed: a rate of 1,000,000/1s and a per-key limit of 100,000, with the runs spread over 16
   concurrency keys: the per-key claim walks the keys; nothing binds.
 

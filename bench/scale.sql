@@ -253,7 +253,7 @@ ORDER BY s.relname, s.indexrelname;
 
 -- name: auto_explain_load
 -- claim-plan's printed plan: the plans of the statements the claim's functions run
--- (wfctl_claim_ready, wfctl_claim_limited), which EXPLAIN shows as one Function Scan. Loaded
+-- (wfctl_claim_ready, wfctl_claim_allowed), which EXPLAIN shows as one Function Scan. Loaded
 -- for the session when the server has the module and allows it; without it those are left out.
 LOAD 'auto_explain';
 

@@ -191,6 +191,32 @@ def test_types_the_worker_does_not_run_are_not_taken(prepared) -> None:
     assert claim(prepared, ["nothing"])[0] == []
 
 
+def test_a_limited_backlog_ahead_of_unlimited_runs_is_read_only_as_far_as_the_batch(prepared) -> None:
+    """Limited and unlimited types mixed: 20,000 runs of bulk (a limit in force that does not
+    bind) ahead of 20,000 of plain and one urgent plain run at priority 100. The batch is the
+    urgent run and bulk's oldest, and the claim reads about two batches of entries: the limited
+    pick's and the unlimited pick's, which stops at the batch-th limited pick instead of
+    stepping over bulk's backlog to plain's runs."""
+    prepared.execute("INSERT INTO workflow_limits (workflow_type, concurrency) VALUES ('bulk', 100000)")
+    prepared.execute(
+        "INSERT INTO workflows (workflow_type, input_data, run_at) SELECT 'bulk', '{}'::jsonb,"
+        " now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, 20000) AS g"
+    )
+    insert(prepared, ", run_at|, now() - interval '30 minutes' + g * interval '1 ms'", 20_000)
+    insert(prepared, ", priority|, 100", 1)
+    picked, read = claim(prepared, ["bulk", "plain"])
+    expected = prepared.execute(
+        "SELECT id, priority, run_at FROM workflows WHERE status = 'pending'"
+        " ORDER BY priority DESC, run_at, id LIMIT %s",
+        (BATCH,),
+    ).fetchall()
+    assert sorted(picked) == sorted(expected)
+    assert picked[0][1] == 100
+    # the limited pick (one scan: the urgent entry, then bulk's) and the unlimited one (a probe
+    # and a scan at each of priorities 100 and 0, the last up to the stop)
+    assert read.pages <= 6 + 6 * 2 and read.entries <= 2 * BATCH + 6, read
+
+
 def claim_through_worker(
     conn: psycopg.Connection[Any], frontier: claims.Frontier, limit: int = BATCH
 ) -> list[claims.Claimed]:

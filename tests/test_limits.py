@@ -185,7 +185,7 @@ def test_a_per_key_limit_is_fair_to_a_small_key_behind_a_huge_backlog(sampled: s
 def test_a_run_committed_while_a_claim_waits_for_the_limit_is_not_charged_and_stays_runnable(
     dsn: str,
 ) -> None:
-    """wfctl_claim_limited picks in fresh snapshots; the claim's UPDATE reads the statement's
+    """wfctl_claim_allowed picks in fresh snapshots; the claim's UPDATE reads the statement's
     older snapshot. A run committed in between is picked but not claimed: it must not be charged
     to the rate (at 1/1h the type would then wait an hour), and the next claim takes it."""
     with psycopg.connect(dsn, autocommit=True) as admin:

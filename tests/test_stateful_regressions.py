@@ -405,9 +405,13 @@ def test_a_per_key_limit_with_a_rate_on_one_type_claims(sf):
 
 
 BROKEN_CLAIM = """
-CREATE OR REPLACE FUNCTION wfctl_claim_limited(p_types text[], p_want integer)
-RETURNS TABLE (id uuid, retry_in float8, workflow_type text, key_cursor text) LANGUAGE sql AS $$
-    SELECT w.id, NULL::float8, NULL::text, NULL::text FROM workflows w
+CREATE OR REPLACE FUNCTION wfctl_claim_allowed(p_types text[], p_want integer)
+RETURNS TABLE (id uuid, created_at timestamptz, priority integer, run_at timestamptz, turn integer,
+               concurrency_key text, retry_in float8, workflow_type text, key_cursor text)
+LANGUAGE sql AS $$
+    SELECT w.id, w.created_at, w.priority, w.run_at, NULL::integer, NULL::text, NULL::float8,
+           w.workflow_type::text, NULL::text
+    FROM workflows w
     WHERE w.workflow_type = ANY (p_types) AND w.status = 'pending' AND w.run_at <= now()
     ORDER BY w.priority DESC, w.run_at
     LIMIT p_want
@@ -417,8 +421,9 @@ $$
 
 
 REFUSED_CLAIM = """
-CREATE OR REPLACE FUNCTION wfctl_claim_limited(p_types text[], p_want integer)
-RETURNS TABLE (id uuid, retry_in float8, workflow_type text, key_cursor text)
+CREATE OR REPLACE FUNCTION wfctl_claim_allowed(p_types text[], p_want integer)
+RETURNS TABLE (id uuid, created_at timestamptz, priority integer, run_at timestamptz, turn integer,
+               concurrency_key text, retry_in float8, workflow_type text, key_cursor text)
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'no claims today';

@@ -4,8 +4,8 @@ operators set and list.
 A type may carry a global concurrency limit (at most N runs hold a lease at once, across all
 workers), a rate limit (at most N executions start per window, spread evenly) and a per-key
 limit (at most K running per ``concurrency_key``, with claims rotating across keys). The
-database enforces them in the claim (``wfctl_claim_limited``, migration 0007); this module
-parses and checks them and reads and writes ``workflow_limits`` (sql/queries/limits.sql).
+database enforces them in the claim (``wfctl_claim_allowed``, migrations 0007 and 0017); this
+module parses and checks them and reads and writes ``workflow_limits`` (sql/queries/limits.sql).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 -- Flow-control limits (wfctl/limits.py): what code declares, what operators set, and the list.
--- The claim enforces them (worker.claim, wfctl_claim_limited in migration 0007).
+-- The claim enforces them (worker.claim, wfctl_claim_allowed in migrations 0007 and 0017).
 
 -- name: lock
 -- Before `declare`, in its transaction: lock the types' rows in name order, the order claims
--- lock them in (wfctl_claim_limited), so a worker starting while others claim cannot deadlock.
+-- lock them in (wfctl_claim_allowed), so a worker starting while others claim cannot deadlock.
 SELECT 1 FROM workflow_limits WHERE workflow_type = ANY (%(types)s::text[])
 ORDER BY workflow_type
 FOR UPDATE;

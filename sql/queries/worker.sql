@@ -29,9 +29,10 @@ $$;
 SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: claim
--- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority then
--- age. The pick (FOR UPDATE SKIP LOCKED, in functions whose plans cannot turn into a scan of
--- the whole runnable set) sits in a MATERIALIZED CTE so it is evaluated once, and the UPDATE
+-- Claim up to %(limit)s runnable workflows of the types this worker knows, by priority, then
+-- run_at, then id, across limited and unlimited types alike: a limit only holds runs back.
+-- The picks (FOR UPDATE SKIP LOCKED, in functions whose plans cannot turn into a scan of the
+-- whole runnable set) sit in MATERIALIZED CTEs so they are evaluated once, and the UPDATE
 -- finds the picked rows by primary key (= ANY of an array), a plan that stays right under a
 -- cached generic plan and stale statistics. The same statement takes the lease
 -- (owner, epoch + 1), fills in the type's retry policy when the submitter left max_retries
@@ -39,10 +40,12 @@ SELECT pg_notify(wfctl_channel(), 'head');
 -- the execution's row in workflow_attempts, and returns the journal of completed steps for a
 -- run that resumes.
 -- Types with a limit in force (workflow_limits, migration 0007) are picked by
--- wfctl_claim_limited, which serializes their claims on the limit's row and counts in a fresh
--- snapshot; it is not called at all when none of the worker's types is limited. A rate limit
--- that held back runnable work adds one row without an id whose retry_in says when to claim
--- again. The statement charges the rate and stores the key rotation's cursor (charged).
+-- wfctl_claim_allowed (migration 0017), which serializes their claims on the limit's row and
+-- counts in a fresh snapshot; it is not called at all when none of the worker's types is
+-- limited. The batch is the first %(limit)s of its picks and of the other types' pick by
+-- (priority DESC, run_at, id). A rate limit that held back runnable work adds one row without
+-- an id whose retry_in says when to claim again. The statement charges the rate and stores the
+-- key rotation's cursor (charged).
 WITH limited AS MATERIALIZED (
     SELECT coalesce(array_agg(l.workflow_type::text), '{}') AS types
     FROM workflow_limits l
@@ -51,30 +54,48 @@ WITH limited AS MATERIALIZED (
                    l.rate_count, l.code_rate_count) IS NOT NULL
 ),
 held AS MATERIALIZED (
-    SELECT g.id, g.retry_in, g.workflow_type, g.key_cursor
-    FROM limited CROSS JOIN LATERAL wfctl_claim_limited(limited.types, %(limit)s) AS g
+    SELECT g.id, g.created_at, g.priority, g.run_at, g.turn, g.concurrency_key, g.retry_in,
+           g.workflow_type, g.key_cursor
+    FROM limited CROSS JOIN LATERAL wfctl_claim_allowed(limited.types, %(limit)s) AS g
     WHERE cardinality(limited.types) > 0
 ),
+stop AS MATERIALIZED (
+    -- the %(limit)s-th of the limited types' picks in claim order, if they are as many: no
+    -- run that sorts after it can be in the batch, so the unlimited types' scan stops there
+    SELECT h.priority, h.run_at, h.id FROM held h
+    WHERE h.id IS NOT NULL
+    ORDER BY h.priority DESC, h.run_at, h.id
+    OFFSET greatest(%(limit)s - 1, 0) LIMIT 1
+),
 in_order AS MATERIALIZED (
-    -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011) reads the
-    -- runnable index in order, one priority at a time, only as far as the rows it takes, and
+    -- the worker's types without a limit: wfctl_claim_ready (migrations 0009, 0011, 0017) reads
+    -- the runnable index in order, one priority at a time, only as far as the rows it takes,
     -- at the priority of the worker's frontier (its last claim's key; NULL: from the head)
-    -- from just after that key; between scans from the head, in the partitioned layout, only
-    -- the runs created from the frontier's floor on (migration 0012; NULL: all)
-    SELECT f.id, f.created_at
+    -- from just after that key, and no further than the stop; between scans from the head, in
+    -- the partitioned layout, only the runs created from the frontier's floor on (migration
+    -- 0012; NULL: all)
+    SELECT f.id, f.created_at, f.priority, f.run_at
     FROM wfctl_claim_ready(
         ARRAY(SELECT t FROM unnest(%(types)s::text[]) AS t
               WHERE t <> ALL ((SELECT types FROM limited)::text[])),
-        greatest(0, %(limit)s - (SELECT count(*) FROM held WHERE held.id IS NOT NULL))::integer,
+        %(limit)s,
         %(after_priority)s::integer, %(after_run_at)s::timestamptz, %(after_id)s::uuid,
-        %(floor)s::timestamptz
-    ) AS f(id, created_at)
+        %(floor)s::timestamptz,
+        (SELECT priority FROM stop), (SELECT run_at FROM stop), (SELECT id FROM stop)
+    ) AS f
 ),
 picked AS MATERIALIZED (
-    -- a limited type's pick comes without its created_at (NULL)
-    SELECT h.id, NULL::timestamptz AS created_at FROM held h WHERE h.id IS NOT NULL
-    UNION ALL
-    SELECT id, created_at FROM in_order
+    -- the batch: the first of both picks in claim order; what is left out stays pending (the
+    -- unlimited runs left out sort after the frontier's new key, the last of them taken)
+    SELECT c.id, c.created_at, c.in_order
+    FROM (
+        SELECT h.id, h.created_at, h.priority, h.run_at, false AS in_order
+        FROM held h WHERE h.id IS NOT NULL
+        UNION ALL
+        SELECT o.id, o.created_at, o.priority, o.run_at, true FROM in_order o
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT %(limit)s
 ),
 claimed AS (
     UPDATE workflows w
@@ -114,7 +135,7 @@ claimed AS (
               ) END AS journal,
               now() AS db_now, w.created_at,
               -- the frontier's key: where in the runnable index this run was
-              w.priority, w.run_at, w.id IN (SELECT id FROM in_order) AS in_order,
+              w.priority, w.run_at, w.id IN (SELECT id FROM picked WHERE picked.in_order) AS in_order,
               -- the partition holding the run (the table itself when unpartitioned): in the
               -- partitioned layout the group commit writes there (worker.flush)
               w.tableoid::oid AS partition
@@ -131,7 +152,11 @@ opened AS (
 charged AS (
     -- one write of each limited type's row (the function writes none, and a row may change
     -- once per statement): the rate charged for the runs claimed (not for those the function
-    -- picked: see there), and the key rotation's new cursor; the rows are locked already
+    -- picked: see there), and the key rotation's new cursor; the rows are locked already.
+    -- The cursor: where the walk stopped when every pick of the type was claimed; else the
+    -- key of the last run claimed before the first turn whose run was left out (passed over
+    -- by older or higher-priority work, or not seen by this statement's snapshot), so that
+    -- key's turn comes first in the next claim (no run claimed before it: the cursor stays)
     UPDATE workflow_limits l
     SET rate_tat = CASE WHEN u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL
                         THEN greatest(coalesce(l.rate_tat, now()), now())
@@ -143,9 +168,23 @@ charged AS (
     FROM (
         SELECT lt.workflow_type,
                (SELECT count(*) FROM claimed c WHERE c.workflow_type = lt.workflow_type) AS runs,
-               h.workflow_type IS NOT NULL AS moved, h.key_cursor
+               CASE WHEN d.turn IS NULL THEN h.workflow_type IS NOT NULL
+                    ELSE k.found IS NOT NULL END AS moved,
+               CASE WHEN d.turn IS NULL THEN h.key_cursor ELSE k.concurrency_key END AS key_cursor
         FROM unnest((SELECT types FROM limited)) AS lt(workflow_type)
-        LEFT JOIN held h ON h.id IS NULL AND h.workflow_type = lt.workflow_type
+        LEFT JOIN held h ON h.id IS NULL AND h.retry_in IS NULL AND h.workflow_type = lt.workflow_type
+        CROSS JOIN LATERAL (
+            SELECT min(p.turn) AS turn FROM held p
+            WHERE p.id IS NOT NULL AND p.turn IS NOT NULL AND p.workflow_type = lt.workflow_type
+              AND NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = p.id)
+        ) AS d
+        LEFT JOIN LATERAL (
+            SELECT p.concurrency_key, true AS found FROM held p
+            WHERE p.id IS NOT NULL AND p.workflow_type = lt.workflow_type AND p.turn < d.turn
+              AND EXISTS (SELECT 1 FROM claimed c WHERE c.id = p.id)
+            ORDER BY p.turn DESC
+            LIMIT 1
+        ) AS k ON true
     ) AS u
     WHERE l.workflow_type = u.workflow_type
       AND (u.moved OR (u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL))
@@ -176,8 +215,9 @@ FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 -- name: claim_pruned
 -- In the partitioned layout wfctl/worker/claims.py splices this into worker.claim's UPDATE in
 -- place of its marker /* claim_pruned */ (migration 0012): the oldest picked run's created_at (the
--- partition key, migration 0010), so the partitions older than it are not read. A limited
--- type's pick comes without its created_at: then all are. Not in the unpartitioned layout:
+-- partition key, migration 0010), so the partitions older than it are not read (every pick
+-- comes with its created_at since migration 0017; one without: all are). Not in the
+-- unpartitioned layout:
 -- there, on statistics taken when the table was nearly empty, the planner added
 -- workflows_created_idx to the primary key (a BitmapAnd) and read every entry from that
 -- created_at on, the whole backlog at every claim.

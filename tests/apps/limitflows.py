@@ -47,3 +47,9 @@ def gated(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
 def quota(ctx: wfctl.Context, data: dict[str, Any]) -> float:
     """Every kind of limit declared in code (tests/test_cli_limits.py: what `wfctl limits` says)."""
     return float(ctx.step("work", pause, data.get("pause", 0)))
+
+
+@wfctl.workflow("swift", max_retries=0)
+def swift(ctx: wfctl.Context, data: dict[str, Any]) -> str:
+    """No limit (tests/test_claim_order.py: an urgent run among a limited type's backlog)."""
+    return str(ctx.step("work", lambda: "swift"))

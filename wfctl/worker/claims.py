@@ -69,7 +69,7 @@ class Claimed:
     #: The partitioned layout: the oid of the workflows partition holding the run, where the
     #: group commit writes it (wfctl/worker/targets.py); None: through the parent tables.
     partition: int | None = None
-    #: Taken within a concurrency limit (wfctl_claim_limited): its end may let the next run of
+    #: Taken within a concurrency limit (wfctl_claim_allowed): its end may let the next run of
     #: its type go, and nothing announces that, so the worker claims again when it ends.
     limited: bool = False
     #: time.monotonic() when the claim statement was sent: the lease is confirmed as of then

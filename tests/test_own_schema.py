@@ -129,6 +129,22 @@ def test_public_stays_the_default(conn):
     assert schema.lock_key(None) == schema.lock_key("public") == "wfctl.schema"
 
 
+
+def test_every_function_is_pinned_to_its_schema(cli, empty_dsn, clean_env):
+    """A function that resolved names through the caller's search_path could be handed another
+    role's table of the same name; CREATE OR REPLACE in a later migration drops the pin. (The
+    one-line SQL functions stay inlinable, which a pin would prevent: they name no table.)"""
+    assert cli("init", "--schema", "wf", "--dsn", empty_dsn).exit_code == 0
+    unpinned = rows(
+        empty_dsn,
+        "SELECT p.oid::regprocedure::text FROM pg_proc p"
+        " WHERE p.pronamespace = 'wf'::regnamespace AND p.proname LIKE 'wfctl%%'"
+        " AND (p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'sql') OR p.prosecdef)"
+        " AND NOT coalesce('search_path=wf, pg_temp' = ANY (p.proconfig), false)"
+        " ORDER BY 1",
+    )
+    assert unpinned == []
+
 def test_db_url_gives_a_dsn_that_finds_the_schema(cli, empty_dsn, clean_env):
     assert cli("init", "--schema", "wf", "--dsn", empty_dsn).exit_code == 0
     url = cli("db", "url")

@@ -76,3 +76,13 @@ BEGIN
     END;
 END;
 $$;
+
+
+-- CREATE OR REPLACE drops the function's settings: pin it to this schema again, as 0010 did.
+DO $migration$
+BEGIN
+    EXECUTE format('ALTER FUNCTION %I.wfctl_prune_partition(timestamptz, timestamptz, text[], '
+                   'timestamptz, boolean, text) SET search_path = %I, pg_temp',
+                   current_schema(), current_schema());
+END
+$migration$;

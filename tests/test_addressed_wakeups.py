@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 import wfctl
+from wfctl.worker import claims
 
 BROADCAST = "wfctl_new"  # the public schema's channel
 
@@ -44,9 +45,13 @@ def add_worker(
 
 
 def heard(conn: psycopg.Connection[Any]) -> Counter[tuple[str, str]]:
-    """(channel, payload) of every notification that reached ``conn`` so far."""
+    """(channel, payload) of every notification that reached ``conn`` so far; a submit's
+    payload (where its runs sort: ``at P R C``) as ``at``."""
     conn.execute("SELECT 1")  # brings whatever was committed before it
-    return Counter((n.channel, n.payload) for n in conn.notifies(timeout=0))
+    return Counter(
+        (n.channel, "at" if claims.Announced.parse(n.payload) else n.payload)
+        for n in conn.notifies(timeout=0)
+    )
 
 
 def test_a_submit_wakes_one_idle_worker_of_its_type_in_turn(dsn: str, listener: Any) -> None:
@@ -56,7 +61,7 @@ def test_a_submit_wakes_one_idle_worker_of_its_type_in_turn(dsn: str, listener: 
     heard(listener)
     for _ in range(4):
         wfctl.submit(dsn, "order", {})
-    assert heard(listener) == Counter({(a, ""): 2, (b, ""): 2})
+    assert heard(listener) == Counter({(a, "at"): 2, (b, "at"): 2})
 
 
 def test_with_no_idle_worker_of_the_type_a_submit_wakes_every_worker(dsn: str, listener: Any) -> None:
@@ -65,7 +70,7 @@ def test_with_no_idle_worker_of_the_type_a_submit_wakes_every_worker(dsn: str, l
     add_worker(listener, "other", ["mail"])
     heard(listener)
     wfctl.submit(dsn, "order", {})
-    assert heard(listener) == Counter({(BROADCAST, ""): 1})
+    assert heard(listener) == Counter({(BROADCAST, "at"): 1})
 
 
 def test_a_bulk_submit_wakes_one_worker_per_type(dsn: str, listener: Any) -> None:
@@ -78,7 +83,30 @@ def test_a_bulk_submit_wakes_one_worker_per_type(dsn: str, listener: Any) -> Non
             " SELECT t, '{}' FROM unnest(ARRAY['order', 'order', 'mail', 'report']) AS t"
         )
     # report: nobody idle runs it, so every worker hears it
-    assert heard(listener) == Counter({(a, ""): 1, (m, ""): 1, (BROADCAST, ""): 1})
+    assert heard(listener) == Counter({(a, "at"): 1, (m, "at"): 1, (BROADCAST, "at"): 1})
+
+
+def test_a_submit_s_wake_up_says_where_its_first_run_sorts(dsn: str, listener: Any) -> None:
+    """The first in claim order (priority first, then run_at) and the oldest created_at: what a
+    worker compares with where its claims resume."""
+    a = add_worker(listener, "a", ["order"])
+    heard(listener)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO workflows (workflow_type, priority, run_at, created_at)"
+            " VALUES ('order', 1, now() - interval '1 hour', now() - interval '2 hours'),"
+            "        ('order', 5, now() + interval '1 minute', now()),"
+            "        ('order', 5, now(), now() - interval '1 minute')"
+        )
+        first = conn.execute(
+            "SELECT (extract(epoch FROM now()) * 1000000)::bigint,"
+            " (extract(epoch FROM now() - interval '2 hours') * 1000000)::bigint"
+        ).fetchone()
+    assert first is not None
+    listener.execute("SELECT 1")
+    notes = [(n.channel, n.payload) for n in listener.notifies(timeout=0)]
+    assert notes == [(a, f"at 5 {first[0]} {first[1]}")]
+    assert claims.Announced.parse(notes[0][1]) == claims.Announced(5, first[0], first[1])
 
 
 def test_a_message_to_a_waiting_workflow_wakes_one_worker_and_says_scan_from_the_head(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -127,6 +127,16 @@ class Frontier:
         the key."""
         self.full_at = float("-inf")
 
+    def passed(self, announced: Announced) -> bool:
+        """Whether a claim resuming after the key (and above the floor) could miss the runs a
+        submit announced: they sort at or before the key, or were created before the floor."""
+        if self.key is None:
+            return False  # the next claim scans from the head anyway
+        priority, run_at, _id = self.key
+        if (-announced.priority, announced.run_at) <= (-priority, _micros(run_at)):
+            return True
+        return self.bounded and self.floor is not None and announced.created < _micros(self.floor)
+
     def floor_for(self, after: FrontierKey | None) -> datetime | None:
         """The floor of a claim that starts after ``after`` (None: no bound)."""
         return self.floor if self.bounded and after is not None else None
@@ -228,17 +238,47 @@ def listen(conn: psycopg.Connection[Any], owner: str) -> None:
 
 
 #: The payload of a wake-up for a run that may sort behind the frontier (a message, a child's
-#: end, a result wait, a hand-back, a requeue, a retry, a limit raised): a submit's is empty.
+#: end, a result wait, a hand-back, a requeue, a retry, a limit raised). A submit's says where
+#: its runs sort (``Announced``; empty from a schema older than version 18).
 BEHIND = "head"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(moment: datetime) -> int:
+    """Microseconds since the Unix epoch, exactly (as the database counts them)."""
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Announced:
+    """What a submit's wake-up says (``at P R C``, wfctl_wake_at): the priority and run_at of
+    the first of its runs in claim order, and the oldest created_at among them, both in
+    microseconds since the Unix epoch."""
+
+    priority: int
+    run_at: int
+    created: int
+
+    @classmethod
+    def parse(cls, payload: str) -> Announced | None:
+        parts = payload.split(" ")
+        if len(parts) != 4 or parts[0] != "at":
+            return None
+        try:
+            return cls(int(parts[1]), int(parts[2]), int(parts[3]))
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
 class Wakeups:
     count: int  # wake-ups received, now or during earlier statements
     behind: bool  # one of them was for a run that may sort behind the frontier
+    announced: tuple[Announced, ...] = ()  # where the submits among them sort
 
 
 def drain_notifications(conn: psycopg.Connection[Any]) -> Wakeups:
     """The wake-ups that arrived (received now or during earlier statements)."""
     payloads = [note.payload for note in conn.notifies(timeout=0)]
-    return Wakeups(len(payloads), BEHIND in payloads)
+    announced = tuple(a for a in map(Announced.parse, payloads) if a is not None)
+    return Wakeups(len(payloads), BEHIND in payloads, announced)

@@ -811,7 +811,7 @@ class Worker:
             found: claims.Wakeups = self._with_db("listen", claims.drain_notifications)
         except psycopg.Error:
             return 0
-        if found.behind:
+        if found.behind or any(self.frontier.passed(a) for a in found.announced):
             self.frontier.rescan()
         self._wakeups += found.count
         return found.count

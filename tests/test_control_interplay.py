@@ -279,3 +279,27 @@ def test_prune_keeps_the_row_of_a_live_idle_worker_however_short_the_cutoff(dsn:
         assert control.prune(conn, timedelta(seconds=2), ["completed"], dry_run=True).workers == 2
         assert control.prune(conn, timedelta(seconds=2), ["completed"]).workers == 2
     assert rows(dsn, "SELECT id FROM workers") == [("live",)]
+
+
+def test_retry_from_a_recv_step_receives_the_same_message_again(dsn: str, workers) -> None:
+    workers.start(app="coordflows")
+    wid = wfctl.submit(dsn, "approval", {"order": 3})
+    wait_for(
+        lambda: rows(dsn, "SELECT wait_kind FROM workflows WHERE id = %s", wid) == [("message",)],
+        what="the run to park in its recv",
+    )
+    wfctl.send(dsn, wid, "approval", "yes")
+    assert wfctl.result(dsn, wid, timeout=30)["decision"] == "yes"
+    [(recv_step,)] = rows(
+        dsn,
+        "SELECT step_number FROM workflow_steps WHERE workflow_id = %s AND step_name = 'recv:approval'",
+        wid,
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE workflows SET status = 'failed' WHERE id = %s", (wid,))
+        control.retry(conn, wid, from_step=recv_step)
+    # the replay's recv takes the message the forgotten step had taken, not the next or none
+    assert wfctl.result(dsn, wid, timeout=30)["decision"] == "yes"
+    assert rows(dsn, "SELECT consumed_step FROM workflow_messages WHERE workflow_id = %s", wid) == [
+        (recv_step,)
+    ]

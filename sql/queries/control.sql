@@ -53,7 +53,14 @@ FROM cancelled c JOIN old ON old.id = c.id
 ORDER BY old.depth, c.id;
 
 -- name: retry_delete_steps
--- `wfctl retry --from-step N`: forget the checkpoints from step N on.
+-- `wfctl retry --from-step N`: forget the checkpoints from step N on, and give back the
+-- messages their recv steps took, so that the replay's recv takes the same message again (the
+-- oldest unconsumed on its topic) rather than the next one, or none.
+WITH unconsumed AS (
+    UPDATE workflow_messages
+    SET consumed_at = NULL, consumed_step = NULL, consumed_epoch = NULL
+    WHERE workflow_id = %(id)s AND consumed_step >= %(from_step)s
+)
 DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_step)s;
 
 -- name: retry

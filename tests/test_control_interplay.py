@@ -235,7 +235,7 @@ def finished_child(conn: psycopg.Connection[Any], parent: UUID) -> UUID:
     return UUID(str(row[0]))
 
 
-def test_prune_keeps_a_finished_child_while_its_parent_has_not_finished(dsn: str) -> None:
+def test_prune_keeps_a_finished_child_while_its_parent_stays(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         parent = running(conn)
         child = finished_child(conn, parent)
@@ -243,12 +243,22 @@ def test_prune_keeps_a_finished_child_while_its_parent_has_not_finished(dsn: str
         assert dry.workflows == 0
         assert control.prune(conn, timedelta(minutes=1), ["completed"]).workflows == 0
         assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", child) == [("completed",)]
-        # once the parent has finished, the child goes with the rest of the old history
+        # a parent that ended within the cutoff (or failed, kept by a prune of completed runs
+        # only) stays, and may be retried: its child stays with it
+        conn.execute(
+            "UPDATE workflows SET status = 'failed', finished_at = now() - interval '1 hour' WHERE id = %s",
+            (parent,),
+        )
+        assert control.prune(conn, timedelta(minutes=1), ["completed"]).workflows == 0
         conn.execute(
             "UPDATE workflows SET status = 'completed', finished_at = now() WHERE id = %s", (parent,)
         )
-        assert control.prune(conn, timedelta(minutes=1), ["completed"]).workflows == 1
-    assert rows(dsn, "SELECT count(*) FROM workflows WHERE id = %s", child) == [(0,)]
+        assert control.prune(conn, timedelta(minutes=1), ["completed"], dry_run=True).workflows == 0
+        assert control.prune(conn, timedelta(minutes=1), ["completed"]).workflows == 0
+        # once the parent is old history too, the child goes with it
+        conn.execute("UPDATE workflows SET finished_at = now() - interval '1 hour' WHERE id = %s", (parent,))
+        assert control.prune(conn, timedelta(minutes=1), ["completed"]).workflows == 2
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE id IN (%s, %s)", child, parent) == [(0,)]
 
 
 def test_a_finished_child_of_a_waiting_parent_survives_prune_end_to_end(dsn: str, workers) -> None:

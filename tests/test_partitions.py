@@ -402,7 +402,7 @@ def test_a_drop_that_cannot_get_its_locks_gives_up_and_rows_go_one_by_one(pdsn):
     assert rows(pdsn, "SELECT count(*) FROM workflows") == [(0,)]
 
 
-def test_a_drop_keeps_an_interval_holding_a_child_its_unfinished_parent_waits_for(pdsn):
+def test_a_drop_keeps_an_interval_holding_a_child_whose_parent_stays(pdsn):
     old_partitions(pdsn, 40)
     with psycopg.connect(pdsn, autocommit=True) as conn:
         child = finished_workflow(conn, OLD)
@@ -419,7 +419,11 @@ def test_a_drop_keeps_an_interval_holding_a_child_its_unfinished_parent_waits_fo
             "UPDATE workflows SET status = 'completed', finished_at = now() WHERE id = %s", (parent,)
         )
         result = control.prune(conn, timedelta(days=30), ["completed"])
-    assert (result.partitions, result.workflows) == (1, 1)  # its parent ended: the interval goes
+        assert (result.partitions, result.workflows) == (0, 0)  # the parent stays: so does its child
+        conn.execute("UPDATE workflows SET finished_at = now() - interval '31 days' WHERE id = %s", (parent,))
+        result = control.prune(conn, timedelta(days=30), ["completed"])
+    # the parent is old history too: the child's interval is dropped, the parent deleted by row
+    assert (result.partitions, result.workflows) == (1, 2)
 
 
 def test_an_interval_kept_at_the_last_check_keeps_its_messages_and_events(pdsn, monkeypatch):

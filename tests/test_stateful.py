@@ -108,8 +108,9 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    run's own updated_at to be stale: tests/test_correctness.py keeps that case.)
 6. coordination, in one snapshot (``check_coordination``; the audit also records each step
    row's name): every recv step write that took a message names one of the run's messages on
-   that topic and returned its payload; no message is taken by two step writes (across
-   epochs and retries); a message is consumed exactly when a step write took it, with that
+   that topic and returned its payload; no message is taken by a step write while an earlier
+   one still stands (across epochs; a retry --from-step that deletes the recv step gives its
+   message back); a message is consumed exactly when a standing step write took it, with that
    write's step and epoch; per run and topic the consumed messages are the oldest (no consumed
    message follows an unconsumed one; consumed in send order); a recv that timed out left no
    message waiting that was sent a second before it gave up. Each start_child step write
@@ -226,6 +227,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -2343,9 +2345,11 @@ def check_messages(conn: psycopg.Connection) -> None:
     """Messages are consumed at most once, by the step and epoch they name, in send order.
 
     Every recv step write (the audit, across retries) that took a message names one of the
-    workflow's messages on its topic, with that message's payload; no message is taken by two
-    step writes; a message is consumed exactly when a step write took it, and its
-    consumed_step and consumed_epoch are that write's. Per workflow and topic, the consumed
+    workflow's messages on its topic, with that message's payload; no message is taken by a
+    step write while an earlier one holds it (a retry --from-step deletes the step row of a recv
+    it forgets and gives its message back: the replay takes it again); a message is consumed
+    exactly when a step write that still stands took it, and its consumed_step and
+    consumed_epoch are the latest such write's. Per workflow and topic, the consumed
     messages are the oldest ones (the test sends one message at a time, so id order is commit
     order): no consumed message follows an unconsumed one, and they were consumed in id order.
     A recv that timed out left no message waiting that was sent (1s) before it gave up."""
@@ -2360,7 +2364,7 @@ def check_messages(conn: psycopg.Connection) -> None:
         "SELECT seq, workflow_id::text, step_number, step_name, row_epoch, output, at FROM sf_audit_steps"
         " WHERE op <> 'DELETE' AND status = 'completed' AND step_name LIKE 'recv:%' ORDER BY seq"
     ).fetchall()
-    taken: dict[int, set[tuple[str, int, int]]] = collections.defaultdict(set)
+    taken: dict[int, set[tuple[int, str, int, int]]] = collections.defaultdict(set)
     for seq, wid, number, name, epoch, output, at in writes:
         if "message" in output:
             m = messages.get(output["message"])
@@ -2372,7 +2376,7 @@ def check_messages(conn: psycopg.Connection) -> None:
                 f"recv step {wid} #{number} (audit seq {seq}) returned {output['payload']!r} for message "
                 f"{m[0]}, whose payload is {m[3]!r}"
             )
-            taken[m[0]].add((wid, number, epoch))
+            taken[m[0]].add((seq, wid, number, epoch))
         else:
             assert output.get("timed_out"), f"recv step {wid} #{number}: output {output}"
             waiting = [
@@ -2386,13 +2390,34 @@ def check_messages(conn: psycopg.Connection) -> None:
                 f"recv step {wid} #{number} (epoch {epoch}, audit seq {seq}) timed out while message(s) "
                 f"{waiting} waited on its topic"
             )
-    twice = {m: sorted(t) for m, t in taken.items() if len(t) > 1}
-    assert not twice, f"messages consumed more than once (message: [(workflow, step, epoch)]): {twice}"
+    # a retry --from-step gives back the messages of the recv steps it forgets (their step rows
+    # deleted): the replay may take one again; a message is never held by two live step rows
+    deleted = collections.defaultdict(list)
+    for wid, number, seq in conn.execute(
+        "SELECT workflow_id::text, step_number, seq FROM sf_audit_steps WHERE op = 'DELETE'"
+    ).fetchall():
+        deleted[(wid, number)].append(seq)
+
+    def forgotten(take: tuple[int, str, int, int], before: float) -> bool:
+        """The step row of ``take`` was deleted after it was written (and before ``before``)."""
+        seq, wid, number, _epoch = take
+        return any(seq < d < before for d in deleted[(wid, number)])
+
+    for mid, takes in taken.items():
+        ordered = sorted(takes)
+        held = [(a, b) for a, b in itertools.pairwise(ordered) if not forgotten(a, b[0])]
+        assert not held, (
+            f"message {mid} taken by a recv step write while an earlier one still held it "
+            f"(audit seq, workflow, step, epoch): {held}"
+        )
     for mid, wid, topic, _payload, _created, consumed_at, step, epoch in messages.values():
+        last = max(taken[mid]) if mid in taken else None
         if consumed_at is None:
-            assert mid not in taken, f"message {mid} is unconsumed, yet step write {taken[mid]} took it"
+            assert last is None or forgotten(last, float("inf")), (
+                f"message {mid} is unconsumed, yet step write {last} took it and still stands"
+            )
         else:
-            assert taken.get(mid) == {(wid, step, epoch)}, (
+            assert last is not None and last[1:] == (wid, step, epoch), (
                 f"message {mid} to {wid} on {topic!r} is consumed by step {step} under epoch {epoch}; the "
                 f"recv step writes that took it: {sorted(taken.get(mid, ()))}"
             )

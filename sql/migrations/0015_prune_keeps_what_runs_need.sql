@@ -2,8 +2,9 @@
 -- takes all of an interval's rows or none.
 --
 -- wfctl_prune_partition keeps an interval (state 'kept') when any workflow in it is a child of
--- a workflow that has not finished: its parent may still wait for it, or replay a wait on it,
--- and read its outcome (the parent may sit in a later interval). And the interval's messages
+-- a workflow that is not prunable itself (unfinished, finished after the cutoff, or of a status
+-- not pruned): its parent may still wait for it, replay a wait on it after a retry, and read
+-- its outcome (the parent may sit in a later interval). A child goes with its parent, or after. And the interval's messages
 -- and events, deleted before the tables are locked so the lock is held briefly, are deleted in
 -- a block of their own that is rolled back when the check made under the lock keeps the
 -- interval (a run in it was retried meanwhile): a kept interval keeps every row.
@@ -38,7 +39,8 @@ BEGIN
                         'OR EXISTS (SELECT 1 FROM %1$I WHERE finished_at >= $2 '
                         '           OR (finished_at IS NULL AND updated_at >= $2)) '
                         'OR EXISTS (SELECT 1 FROM %1$I c JOIN workflows p ON p.id = c.parent_id '
-                        '           WHERE p.status IN (''pending'', ''running''))', wp);
+                        '           WHERE p.status = ANY ($1) OR p.finished_at >= $2 '
+                        '           OR (p.finished_at IS NULL AND p.updated_at >= $2))', wp);
     EXECUTE check_sql USING others, p_cutoff INTO blocked;
     IF blocked THEN
         state := 'kept';

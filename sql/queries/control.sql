@@ -107,25 +107,36 @@ SELECT count(*) AS workflows,
         WHERE w.status = ANY(%(statuses)s::text[])
           AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
           AND NOT EXISTS (SELECT 1 FROM workflows p
-                          WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'))) AS steps
+                          WHERE p.id = w.parent_id
+                            AND NOT (p.status = ANY(%(statuses)s::text[])
+                                     AND coalesce(p.finished_at, p.updated_at)
+                                         < now() - make_interval(secs => %(older_than)s::float8)))) AS steps
 FROM workflows w
 WHERE w.status = ANY(%(statuses)s::text[])
   AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
   AND NOT EXISTS (SELECT 1 FROM workflows p
-                  WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'));
+                  WHERE p.id = w.parent_id
+                    AND NOT (p.status = ANY(%(statuses)s::text[])
+                             AND coalesce(p.finished_at, p.updated_at)
+                                 < now() - make_interval(secs => %(older_than)s::float8)));
 
 -- name: prune_batch
 -- One batch: a bounded DELETE, committed on its own so no lock is held long on a busy table.
 -- SKIP LOCKED: never wait for a row someone holds. Every dependent table is deleted from here:
 -- the partitioned layout has no foreign keys (and so no ON DELETE CASCADE) to workflows.
--- A finished child whose parent has not finished stays: the parent may still wait for it (or
--- replay a wait on it) and read its outcome.
+-- A child goes only with its parent (or after it): while the parent stays, unfinished or
+-- finished within the cutoff (or of a status not pruned), so does the child. The parent may
+-- still wait for it, replay a wait on it after a retry (which revives the children a cancel
+-- took), and read its outcome.
 WITH doomed AS (
     SELECT w.id FROM workflows w
     WHERE w.status = ANY(%(statuses)s::text[])
       AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
       AND NOT EXISTS (SELECT 1 FROM workflows p
-                      WHERE p.id = w.parent_id AND p.status IN ('pending', 'running'))
+                      WHERE p.id = w.parent_id
+                        AND NOT (p.status = ANY(%(statuses)s::text[])
+                                 AND coalesce(p.finished_at, p.updated_at)
+                                     < now() - make_interval(secs => %(older_than)s::float8)))
     LIMIT %(batch)s
     FOR UPDATE OF w SKIP LOCKED
 ),

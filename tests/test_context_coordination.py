@@ -162,4 +162,3 @@ def test_code_that_no_longer_makes_the_wait_a_run_parked_in_is_a_determinism_err
         changed(ctx)
     assert [s.name for s in journal.steps.values()] == ["a"]
     assert journal.children == {} and journal.events == {} and journal.messages["go"] == ["yes"]
-

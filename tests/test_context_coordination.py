@@ -102,3 +102,63 @@ def test_a_removed_patch_call_is_passed_over_and_other_changes_still_refused() -
     assert ctx.step("new", lambda: 2) == 1  # the code no longer calls patched("p")
     with pytest.raises(DeterminismError):
         make(MemoryJournal({1: RecordedStep(1, "a", 1)})).step("b", lambda: 2)
+
+
+def parked_in_recv() -> MemoryJournal:
+    """A journal of a run that made step 'a' and parked in ``ctx.recv("go")`` at step 2."""
+    journal = MemoryJournal()
+    ctx = make(journal)
+    ctx.step("a", lambda: 1)
+    with pytest.raises(Parked):
+        ctx.recv("go")
+    return journal
+
+
+def test_patched_at_the_wait_a_run_parked_in_is_false_and_after_it_true() -> None:
+    journal = parked_in_recv()
+    journal.messages["go"] = ["yes"]
+    ctx = make(journal)
+    ctx.step("a", lambda: 2)
+    assert ctx.patched("x") is False  # the run reached this point on code without the patch
+    assert ctx.recv("go") == "yes"
+    assert ctx.patched("after") is True  # the run had not got this far
+    assert [s.name for s in journal.steps.values()] == ["a", "recv:go", "patch:after"]
+
+
+def test_patched_at_a_wait_for_children_a_run_parked_in_is_false() -> None:
+    journal = MemoryJournal()
+    ctx = make(journal)
+    child = ctx.start_child("kid")
+    with pytest.raises(Parked):
+        ctx.wait(child)
+    ctx = make(journal)
+    assert ctx.start_child("kid") == child
+    assert ctx.patched("x") is False
+    with pytest.raises(Parked):  # the same wait, still unfinished
+        ctx.wait(child)
+    assert [s.name for s in journal.steps.values()] == ["start_child:kid"]
+
+
+@pytest.mark.parametrize(
+    ("changed", "now_calls"),
+    [
+        (lambda ctx: ctx.recv("went"), "recv:went"),
+        (lambda ctx: ctx.step("c", lambda: 3), "c"),
+        (lambda ctx: ctx.sleep(1), "sleep"),
+        (lambda ctx: ctx.wait(ctx.start_child("kid")), "start_child:kid"),
+        (lambda ctx: ctx.set_event("k", 1), "set_event:k"),
+        (lambda ctx: ctx.transaction("t", lambda conn: 4), "t"),
+    ],
+    ids=["another-topic", "a-plain-step", "a-sleep", "a-child", "an-event", "a-transaction"],
+)
+def test_code_that_no_longer_makes_the_wait_a_run_parked_in_is_a_determinism_error(
+    changed: Any, now_calls: str
+) -> None:
+    journal = parked_in_recv()
+    journal.messages["go"] = ["yes"]
+    ctx = make(journal)
+    ctx.step("a", lambda: 2)
+    with pytest.raises(DeterminismError, match=f"step 2 was 'recv:go' .* now calls '{now_calls}'"):
+        changed(ctx)
+    assert [s.name for s in journal.steps.values()] == ["a"]
+    assert journal.children == {} and journal.events == {} and journal.messages["go"] == ["yes"]

@@ -29,6 +29,12 @@ SLEEP_STEP = "sleep"
 MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
 MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
 PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
+WAIT_STEP = "wait"  # the step name of ctx.wait (a join on children)
+
+
+def recv_step_name(topic: str) -> str:
+    """The step name of ``ctx.recv(topic)``."""
+    return f"recv:{topic}"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,11 @@ class Journal(Protocol):
 
     def recorded(self, number: int) -> RecordedStep | None:
         """The completed step ``number`` from an earlier attempt, if any."""
+
+    def parked_wait(self, number: int) -> str | None:
+        """The step name of the wait (a recv, a wait for children) that the run parked in as
+        step ``number`` and has not got past, if any: no step is stored there yet, but the run
+        reached that point, and a replay must meet the same wait there."""
 
     def boundary(self) -> None:
         """Called before a new step starts; raises Released or Lost to stop the run here."""
@@ -105,7 +116,8 @@ class StepFailed(ControlFlow):
 
 
 class DeterminismError(ControlFlow):
-    """The code changed under a running workflow: step N's name differs from the stored one."""
+    """The code changed under a running workflow: step N's name differs from the stored one,
+    or from the wait the run parked in at step N."""
 
 
 class Context:
@@ -229,7 +241,7 @@ class Context:
         exactly once and a replay returns the same payload."""
         check_label(topic, "a message topic")
         seconds = timeout_seconds(timeout, "recv timeout")
-        output = self._coordinate("recv", f"recv:{topic}", {"topic": topic, "timeout": seconds})
+        output = self._coordinate("recv", recv_step_name(topic), {"topic": topic, "timeout": seconds})
         return output.get("payload")
 
     def set_event(self, key: str, value: Any) -> None:
@@ -288,7 +300,7 @@ class Context:
         except ValueError:
             raise InvalidInput(f"ctx.wait takes workflow ids, not {ids!r}") from None
         seconds = timeout_seconds(timeout, "wait timeout")
-        output = self._coordinate("join", "wait", {"ids": id_list, "timeout": seconds})
+        output = self._coordinate("join", WAIT_STEP, {"ids": id_list, "timeout": seconds})
         if output.get("timed_out"):
             raise WaitTimeout(
                 f"{output.get('unfinished')} of {len(id_list)} child workflow(s) had not finished "
@@ -315,7 +327,8 @@ class Context:
 
     def patched(self, name: str) -> bool:
         """True where this run reaches this point on the current code; False when it replays
-        a run that passed this point on code without the patch. Deploy the changed steps as
+        a run that passed this point on code without the patch, or that parked in a wait at
+        this point on that code. Deploy the changed steps as
         ``if ctx.patched("name"): new steps`` ``else: old steps``."""
         check_label(name, "a patch name")
         marker = PATCH_PREFIX + name
@@ -327,6 +340,8 @@ class Context:
                 self._next = number
                 return True
             return False  # old code ran another step here: keep to the old path
+        if self._journal.parked_wait(number) is not None:
+            return False  # the run parked in a wait here on old code: keep to the old path
         self._next = number
         self._journal.boundary()
         self._journal.record(number, marker, "true", self._journal.now())
@@ -364,6 +379,13 @@ class Context:
                 f"workflow code changed under a running workflow: step {number} was "
                 f"{stored.name!r} when it was checkpointed, the code now calls {name!r}"
             )
+        if stored is None:
+            waited = self._journal.parked_wait(number)
+            if waited is not None and waited != name:
+                raise DeterminismError(
+                    f"workflow code changed under a running workflow: step {number} was "
+                    f"{waited!r} when the run parked there, the code now calls {name!r}"
+                )
         return number
 
 
@@ -424,9 +446,16 @@ class MemoryJournal:
         # "output" or "error") to finish a child, then run the workflow again
         self.children: dict[str, dict[str, Any]] = {}
         self.connection: Any = None  # what ctx.transaction's fn receives (a test may set one)
+        # the wait the run last parked in: (step number, step name), as the worker records it
+        self.waiting: tuple[int, str] | None = None
 
     def recorded(self, number: int) -> RecordedStep | None:
         return self.steps.get(number)
+
+    def parked_wait(self, number: int) -> str | None:
+        if self.waiting is None or self.waiting[0] != number or number in self.steps:
+            return None
+        return self.waiting[1]
 
     def boundary(self) -> None:
         return None
@@ -458,6 +487,7 @@ class MemoryJournal:
             elif params["timeout"] == 0:
                 output = {"payload": None, "timed_out": True}
             else:
+                self.waiting = (number, name)
                 raise Parked(None, f"a message on {params['topic']!r}")
         elif op == "set_event":
             self.events[params["key"]] = json.loads(params["value"])
@@ -479,6 +509,7 @@ class MemoryJournal:
             if unfinished and params["timeout"] == 0:
                 output = {"timed_out": True, "unfinished": unfinished}
             elif unfinished:
+                self.waiting = (number, name)
                 raise Parked(None, f"{unfinished} child workflow(s)")
             else:
                 output = {

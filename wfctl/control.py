@@ -104,7 +104,7 @@ def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None
             )
         if from_step is not None:
             conn.execute(q("control.retry_delete_steps"), {"id": wid, "from_step": from_step})
-        done = conn.execute(q("control.retry"), {"id": wid}).fetchall()
+        done = conn.execute(q("control.retry"), {"id": wid, "from_step": from_step}).fetchall()
         root = [int(step) for depth, step in done if depth == 0]
         if not root:  # changed between the lookup and the update
             raise InvalidState(f"workflow {wid} changed state meanwhile; look again")

@@ -67,6 +67,10 @@ DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_
 -- A failed or cancelled workflow back to pending, its attempt counter reset, keeping the
 -- checkpoints that are left (all of them unless --from-step deleted some). A retried run has
 -- no deadline (it may have failed by timing out), and a wait in progress starts afresh.
+-- A wait the run had parked in (it has no step stored) stays part of its history, as what
+-- the run's next step is, unless --from-step is at or before it: its topic or ids are kept
+-- while its wait_step and wait_deadline go, so that the replay meets the same wait there
+-- (worker.claim's parked_step) and takes a new deadline for it (wfctl_wait_deadline).
 -- With it, its descendants that a cancel's cascade took (error 'cancelled with its ancestor
 -- ...') and that its history still names: a completed step of their parent whose output holds
 -- their id (the checkpoint of the start_child or start_children step), walking down through
@@ -83,18 +87,32 @@ WITH RECURSIVE revive AS (
       AND EXISTS (SELECT 1 FROM workflow_steps s
                   WHERE s.workflow_id = r.id AND s.status = 'completed'
                     AND s.output_data @> to_jsonb(c.id::text))
+),
+left_off AS (
+    -- the last step checkpointed, and whether the parked wait (at wait_step, or at the step
+    -- after the last checkpoint once a retry took its wait_step) is still the next step
+    SELECT r.id, r.depth, l.step,
+           coalesce(w.wait_step, w.current_step + 1) = l.step + 1
+           AND (r.depth > 0 OR %(from_step)s::int IS NULL
+                OR coalesce(w.wait_step, w.current_step + 1) < %(from_step)s::int) AS keeps_wait
+    FROM revive r
+    JOIN workflows w ON w.id = r.id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(max(s.step_number), 0) AS step FROM workflow_steps s
+        WHERE s.workflow_id = r.id AND s.status = 'completed'
+    ) AS l
 )
 UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
     updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
     output_data = NULL, deadline_at = NULL, deadline_error = NULL, wait_kind = NULL,
-    wait_step = NULL, wait_deadline = NULL, wait_topic = NULL, wait_ids = NULL,
-    wait_remaining = NULL,
-    current_step = coalesce((SELECT max(s.step_number) FROM workflow_steps s
-                             WHERE s.workflow_id = w.id AND s.status = 'completed'), 0)
-FROM revive
-WHERE w.id = revive.id AND w.status IN ('failed', 'cancelled')
-RETURNING revive.depth, w.current_step;
+    wait_step = NULL, wait_deadline = NULL, wait_remaining = NULL,
+    wait_topic = CASE WHEN o.keeps_wait THEN w.wait_topic END,
+    wait_ids = CASE WHEN o.keeps_wait THEN w.wait_ids END,
+    current_step = o.step
+FROM left_off o
+WHERE w.id = o.id AND w.status IN ('failed', 'cancelled')
+RETURNING o.depth, w.current_step;
 
 -- name: notify
 SELECT pg_notify(wfctl_channel(), 'head');

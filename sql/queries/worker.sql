@@ -138,7 +138,15 @@ claimed AS (
               w.priority, w.run_at, w.id IN (SELECT id FROM picked WHERE picked.in_order) AS in_order,
               -- the partition holding the run (the table itself when unpartitioned): in the
               -- partitioned layout the group commit writes there (worker.flush)
-              w.tableoid::oid AS partition
+              w.tableoid::oid AS partition,
+              -- the wait (recv: its topic; ctx.wait: its ids) the run parked in and has not got
+              -- past: no step is stored for it, but its replay must meet it at that step (the
+              -- claim leaves these columns as they are). A retry makes the wait start afresh
+              -- (no wait_step, for a new deadline) and leaves it at the run's next step
+              -- (control.retry).
+              CASE WHEN w.wait_topic IS NOT NULL OR w.wait_ids IS NOT NULL
+                   THEN coalesce(w.wait_step, w.current_step + 1) END AS parked_step,
+              w.wait_topic AS parked_topic, w.wait_ids IS NOT NULL AS parked_children
 ),
 opened AS (
     -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
@@ -209,7 +217,7 @@ SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 WHERE (SELECT count(*) FROM passed) >= 0
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, h.retry_in
+       NULL, NULL, NULL, NULL, h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: claim_pruned

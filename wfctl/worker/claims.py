@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
-from wfctl.context import RecordedStep
+from wfctl.context import WAIT_STEP, RecordedStep, recv_step_name
 from wfctl.queries import q, spliced
 
 
@@ -37,6 +37,9 @@ class ClaimRow:
     run_at: datetime | None
     in_order: bool | None  # picked by wfctl_claim_ready (not a limited type's pick)
     partition: int | None  # the oid of the table holding the run (a partition when partitioned)
+    parked_step: int | None  # the wait the run parked in and has not got past: its step...
+    parked_topic: str | None  # ...the topic of a recv...
+    parked_children: bool | None  # ...or true for a wait for children
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -75,6 +78,11 @@ class Claimed:
     #: time.monotonic() when the claim statement was sent: the lease is confirmed as of then
     #: (wfctl/worker/lease.py), however long its reply took. None: claimed_at.
     sent_at: float | None = None
+    #: The wait (a recv, a wait for children) the run parked in as step ``parked_step`` and
+    #: has not got past, by its step name: no step is stored for it, but a replay must meet
+    #: it there (Context._claim_number, Context.patched). None: the run is at no such wait.
+    parked_step: int | None = None
+    parked_name: str | None = None
 
     @property
     def lease_from(self) -> float:
@@ -224,11 +232,22 @@ def claim(
             partition=row.partition if pruned else None,
             limited=row.in_order is False,
             sent_at=began,
+            parked_step=row.parked_step,
+            parked_name=_parked_name(row),
         )
         for row in rows
         if row.id is not None
     ]
     return Batch(claimed, min(hints) if hints else None, idle=addressable and len(claimed) < room)
+
+
+def _parked_name(row: ClaimRow) -> str | None:
+    """The step name of the wait ``row``'s run parked in (see Claimed.parked_name)."""
+    if row.parked_step is None:
+        return None
+    if row.parked_topic is not None:
+        return recv_step_name(row.parked_topic)
+    return WAIT_STEP if row.parked_children else None
 
 
 def listen(conn: psycopg.Connection[Any], owner: str) -> None:

@@ -121,6 +121,10 @@ class Execution:
     def recorded(self, number: int) -> RecordedStep | None:
         return self.claimed.journal.get(number)
 
+    def parked_wait(self, number: int) -> str | None:
+        c = self.claimed
+        return c.parked_name if c.parked_step == number else None
+
     def boundary(self) -> None:
         if self.lost:
             raise Lost()

@@ -13,9 +13,11 @@ from uuid import UUID
 
 import psycopg
 from helpers import rows, wait_for
+from test_stateful import check_cancelled_trees, install_audit
 
 import wfctl
 from wfctl import control
+from wfctl.queries import q
 
 T = TypeVar("T")
 
@@ -313,3 +315,58 @@ def test_retry_from_a_recv_step_receives_the_same_message_again(dsn: str, worker
     assert rows(dsn, "SELECT consumed_step FROM workflow_messages WHERE workflow_id = %s", wid) == [
         (recv_step,)
     ]
+
+
+# -- the stateful model's check of cancelled trees ----------------------------------------------------
+
+
+def cancelled_trees_check(dsn: str) -> str:
+    """What the stateful test's check of cancelled trees says of ``dsn`` ('' when it holds)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            check_cancelled_trees(conn)
+        except AssertionError as broken:
+            return str(broken)
+    return ""
+
+
+def fan_out_cancelled_in_the_race(dsn: str, cancel: Callable[[psycopg.Connection[Any], UUID], Any]) -> UUID:
+    """A parent whose fan-out commits while ``cancel`` waits for the parent's row."""
+    install_audit(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        parent = running(conn)
+    fan_out = psycopg.connect(dsn)
+    try:
+        assert start_children(fan_out, parent, 1, 3) == "done"
+
+        def cancelled() -> Any:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                return cancel(conn, parent)
+
+        join = in_background(cancelled)
+        wait_for(lambda: waiting_for_a_lock(dsn, "WITH RECURSIVE tree"), what="the cancel waits")
+        fan_out.commit()
+        join()
+    finally:
+        fan_out.close()
+    return parent
+
+
+def test_the_models_check_catches_a_cancel_that_leaves_children_of_a_fan_out_it_waited_for(
+    dsn: str,
+) -> None:
+    def one_statement(conn: psycopg.Connection[Any], wid: UUID) -> Any:
+        # the cancel as one statement, its tree read before it waited: what the engine did
+        return conn.execute(
+            q("control.cancel"), {"id": wid, "reason": None, "descendants_only": False}
+        ).fetchall()
+
+    parent = fan_out_cancelled_in_the_race(dsn, one_statement)
+    assert statuses(dsn, parent) == {"pending": 3}
+    assert "was cancelled" in cancelled_trees_check(dsn)
+
+
+def test_the_models_check_holds_for_the_engines_cancel(dsn: str) -> None:
+    parent = fan_out_cancelled_in_the_race(dsn, control.cancel)
+    assert statuses(dsn, parent) == {"cancelled": 3}
+    assert cancelled_trees_check(dsn) == ""

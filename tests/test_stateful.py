@@ -52,6 +52,9 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   one, cancelled and retried at once, while its old execution may still be inside a step or its
   sleep still ahead);
 - ``recover --stale 1s|2s`` (as cron would); ``release_gate`` of one workflow;
+- ``prune_rolled_back``: ``control.prune`` of every finished run (``--older-than 0s``; all
+  finished statuses, completed only, or failed and cancelled) in a transaction of its own, the
+  tables looked at before and after, then rolled back (the model keeps every run to check);
 - ``kill_worker`` (SIGKILL), ``pause_worker`` (SIGSTOP), ``resume_worker`` (SIGCONT),
   ``start_worker`` (up to 3 live);
 - ``pause_in_statement``: a worker stopped in the middle of its claim, its heartbeat or its
@@ -106,7 +109,7 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    (This once failed: a worker continued for a moment, wrote a checkpoint and was paused
    before its next beat; recover judged by the heartbeat alone. recover now also requires the
    run's own updated_at to be stale: tests/test_correctness.py keeps that case.)
-6. coordination, in one snapshot (``check_coordination``; the audit also records each step
+6. coordination, in one snapshot (``check_coordination``, with invariant 13; the audit also records each step
    row's name): every recv step write that took a message names one of the run's messages on
    that topic and returned its payload; no message is taken by a step write while an earlier
    one still stands (across epochs; a retry --from-step that deletes the recv step gives its
@@ -158,6 +161,13 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
    change), unless its worker was stopped by ``pause_worker`` and continued at most 0.5s before
    the step began: a pause between the lease check and the step, the one gap the Guarantees
    leave open. A stop inside a statement (``pause_in_statement``) excuses nothing.
+13. (``check_cancelled_trees``) a cancel takes every unfinished descendant with it: each child
+   of a run that changed to ``cancelled``, written before that change (even by a fan-out not
+   yet committed, which the cancel waited for), was finished by then or cancelled in the same
+   transaction.
+14. (``prune_rolled_back``) a prune removes nothing a run that stays may need: no run that was
+   unfinished, no child whose parent stays, no message or checkpoint of a run that stays, no
+   live worker's row.
 
 After the run (teardown: every gate released, every worker continued, at least two live
 workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
@@ -261,7 +271,7 @@ from hypothesis.stateful import (
 )
 
 import wfctl
-from wfctl import cron, limits, recovery, schedules
+from wfctl import control, cron, limits, recovery, schedules
 from wfctl.durations import parse_duration
 
 TYPE = "sf-flow"
@@ -1556,8 +1566,10 @@ class StatefulEngine(RuleBasedStateMachine):
         self.log(f"SIGSTOP worker{worker.index} in a statement that waited on its {hold} row")
         # stopped until another worker (or nobody: the live ones may all be stopped) took over
         taken = within(
-            lambda: not query(
-                self.dsn, "SELECT 1 FROM workflows WHERE lease_owner = %s AND status = 'running'", ident
+            lambda: (
+                not query(
+                    self.dsn, "SELECT 1 FROM workflows WHERE lease_owner = %s AND status = 'running'", ident
+                )
             ),
             3.0,
         )
@@ -1893,6 +1905,24 @@ class StatefulEngine(RuleBasedStateMachine):
         self.env.figures["connections_dropped"] += len(rows)
         self.connection_losses += 1 if rows else 0
         self.log(f"terminated {len(rows)} worker connection(s)")
+
+    @rule(statuses=st.sampled_from([list(TERMINAL), ["completed"], ["failed", "cancelled"]]))
+    def prune_rolled_back(self, statuses):
+        """``control.prune`` of everything finished (``--older-than 0s``) in a transaction of its
+        own, looked at, then rolled back (the model keeps every run to check): what a prune at
+        this moment would remove must be nothing a run that stays may need."""
+        if self.skipping:
+            return
+        with psycopg.connect(self.dsn) as conn:
+            before = prune_view(conn)
+            pruned = control.prune(conn, timedelta(0), statuses)
+            after = prune_view(conn)
+            conn.rollback()
+        self.log(
+            f"prune {statuses} (rolled back): {pruned.workflows} workflow(s), {pruned.workers} worker(s)"
+        )
+        self.env.figures["prunes"] += 1
+        self.expect(not prune_broke(before, after), "; ".join(prune_broke(before, after)))
 
     @rule(seconds=st.sampled_from([0.2, 0.5, 1.0]))
     def wait(self, seconds):
@@ -2307,9 +2337,7 @@ def within(predicate: Callable[[], Any], seconds: float) -> bool:
     return True
 
 
-def check_steps_within_lease(
-    effects: list[Effect], lease_ends: list[tuple], stops: list[list[Any]]
-) -> None:
+def check_steps_within_lease(effects: list[Effect], lease_ends: list[tuple], stops: list[list[Any]]) -> None:
     """Invariant 12: no step starts after its run reached a final state or left its epoch (by
     more than LEASE_SLACK), unless its worker was stopped anywhere (pause_worker) and continued
     just before the step (CHECK_GAP): a pause between the lease check and the step. A stop
@@ -2461,6 +2489,88 @@ def check_children(conn: psycopg.Connection) -> None:
     assert not twice, f"one child named by several start_child step writes: {twice}"
 
 
+def check_cancelled_trees(conn: psycopg.Connection) -> None:
+    """A cancel takes every unfinished descendant with it: for each change of a workflow to
+    ``cancelled`` (the audit), each of its children that existed by then (its first audit row
+    comes before, even in a transaction not yet committed: a fan-out the cancel waited for) was
+    either finished already or cancelled in the same transaction. Grandchildren are the
+    children's own cancels."""
+    history: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
+    for wid, seq, txid, status in conn.execute(
+        "SELECT workflow_id::text, seq, txid, new_status FROM sf_audit_wf ORDER BY seq"
+    ).fetchall():
+        history[wid].append((seq, txid, status))
+    children: dict[str, list[str]] = collections.defaultdict(list)
+    for child, parent in conn.execute(
+        "SELECT id::text, parent_id::text FROM workflows WHERE parent_id IS NOT NULL"
+    ).fetchall():
+        children[parent].append(child)
+    for parent, events in history.items():
+        before = None
+        for seq, txid, status in events:
+            if status == "cancelled" and before != "cancelled":
+                for child in children.get(parent, []):
+                    past = [e for e in history[child] if e[0] < seq]
+                    if not past or any(t == txid and st == "cancelled" for _s, t, st in history[child]):
+                        continue
+                    assert past[-1][2] in TERMINAL, (
+                        f"{parent} was cancelled (audit seq {seq}, txid {txid}) while its child {child} "
+                        f"was {past[-1][2]}, and the cancel left the child so"
+                    )
+            before = status
+
+
+@dataclass
+class PruneView:
+    parents: dict[str, str | None]  # workflow -> its parent
+    statuses: dict[str, str]
+    messages: dict[str, set[int]]  # workflow -> its messages' ids
+    steps: dict[str, set[int]]  # workflow -> its step numbers
+    workers: dict[str, bool]  # worker -> alive (not stopped, silent for less than its dead-after)
+
+
+def prune_view(conn: psycopg.Connection) -> PruneView:
+    view = PruneView({}, {}, collections.defaultdict(set), collections.defaultdict(set), {})
+    for wid, parent, status in conn.execute(
+        "SELECT id::text, parent_id::text, status FROM workflows"
+    ).fetchall():
+        view.parents[wid], view.statuses[wid] = parent, status
+    for wid, mid in conn.execute("SELECT workflow_id::text, id FROM workflow_messages").fetchall():
+        view.messages[wid].add(mid)
+    for wid, number in conn.execute("SELECT workflow_id::text, step_number FROM workflow_steps").fetchall():
+        view.steps[wid].add(number)
+    for wid, alive in conn.execute(
+        "SELECT id, stopped_at IS NULL AND heartbeat_at >= now() - make_interval(secs => dead_after_seconds)"
+        " FROM workers"
+    ).fetchall():
+        view.workers[wid] = alive
+    return view
+
+
+def prune_broke(before: PruneView, after: PruneView) -> list[str]:
+    """What a prune (``before`` -> ``after``, one transaction) removed that it must not have: a
+    workflow unfinished before it, a child whose parent stays, a message or checkpoint of a
+    workflow that stays, a live worker's row."""
+    broken = []
+    for wid in set(before.parents) - set(after.parents):
+        if before.statuses[wid] not in TERMINAL:
+            broken.append(f"pruned {wid}, which was {before.statuses[wid]}")
+        parent = before.parents[wid]
+        if parent is not None and parent in after.parents:
+            broken.append(f"pruned {wid}, whose parent {parent} ({after.statuses[parent]}) stays")
+    for wid in after.parents:
+        lost_messages = before.messages.get(wid, set()) - after.messages.get(wid, set())
+        lost_steps = before.steps.get(wid, set()) - after.steps.get(wid, set())
+        if lost_messages or lost_steps:
+            broken.append(f"{wid} stays, but lost messages {lost_messages} and steps {lost_steps}")
+    broken += [
+        f"pruned the row of live worker {k}"
+        for k, alive in before.workers.items()
+        if alive and k not in after.workers
+    ]
+    return broken
+
+
 def check_events(conn: psycopg.Connection) -> None:
     """An event's stored value is the one its latest set_event step write set."""
     latest: dict[tuple[str, str], tuple] = {}
@@ -2504,14 +2614,14 @@ def check_wakeups(conn: psycopg.Connection) -> None:
 
 def check_coordination(dsn: str) -> None:
     with snapshot(dsn) as conn:
-        for check in (check_messages, check_children, check_events, check_wakeups):
+        for check in (check_messages, check_children, check_cancelled_trees, check_events, check_wakeups):
             check(conn)
 
 
 def check_in_one_snapshot(conn: psycopg.Connection) -> None:
     """Invariants 6, 8 and 9 after a rule, in the snapshot of ``conn``. (The changes of the
     limits a rule made are marked visible by the rule.)"""
-    for check in (check_messages, check_children, check_events, check_wakeups):
+    for check in (check_messages, check_children, check_cancelled_trees, check_events, check_wakeups):
         check(conn)
     check_limits(conn)
     check_schedules(conn)

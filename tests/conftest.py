@@ -36,6 +36,8 @@ from helpers import (
     complete_lines,
     free_port,
     isolated_env,
+    rows,
+    wait_for,
     wfctl_command,
     wfctl_process,
     with_db,
@@ -278,6 +280,15 @@ class Workers:
         proc.log_path = log_path  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
+
+    def wait_ready(self, count: int = 1) -> None:
+        """Until ``count`` workers have registered (their row: they claim from then on). A test
+        whose run has a deadline of seconds submits after this, not while a loaded machine
+        still starts the worker's process."""
+        wait_for(
+            lambda: rows(self.dsn, "SELECT count(*) FROM workers WHERE stopped_at IS NULL")[0][0] >= count,
+            what=f"{count} worker(s) to register",
+        )
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, app: str = "testflows"

@@ -267,6 +267,7 @@ def test_a_deadline_fails_a_parked_a_pending_and_a_running_run(dsn: str, workers
 def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, workers) -> None:
     workers.gate.touch()
     first = workers.start(app=APP)
+    workers.wait_ready()
     wid = wfctl.submit(dsn, "held", None, timeout="2s")
     wait_for(lambda: (str(wid), "hold") in workers.effects(), what="inside the step")
     first.send_signal(signal.SIGKILL)
@@ -280,6 +281,7 @@ def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, wor
 def test_a_running_run_past_its_deadline_fails_and_its_step_commits_nothing(dsn: str, workers) -> None:
     workers.gate.touch()
     worker = workers.start("--types", "timed_hold", app=APP)
+    workers.wait_ready()
     wid = wfctl.submit(dsn, "timed_hold", None)  # the type's timeout: 2s
     wait_for(lambda: (str(wid), "hold") in workers.effects(), what="inside the step")
     # the step does not return while the gate is there: the run fails at its deadline all the same
@@ -391,6 +393,7 @@ def test_a_submits_timeout_replaces_the_types_longer_or_shorter(dsn: str, worker
 
 def test_a_child_gets_at_most_its_parents_remaining_time(dsn: str, workers) -> None:
     workers.start(app=APP)
+    workers.wait_ready()
     parent = wfctl.submit(dsn, "nested", {"n": 1, "wait": True, "child_timeout": "1h"}, timeout="2s")
     with pytest.raises(wfctl.WorkflowFailed, match="timed out"):
         wfctl.result(dsn, parent, timeout=30)

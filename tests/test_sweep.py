@@ -39,6 +39,7 @@ class FakeClock:
     def __call__(self) -> float:
         return self.now
 
+
 #: What a sweeper holds while it sweeps (the first CTE of recovery.recover, for a sweep).
 SWEEP_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('wfctl.sweep.' || current_schema()))"
 
@@ -378,3 +379,54 @@ def test_no_sweep_leaves_recovery_to_recover(workers, dsn):
     assert result.exit_code == 0 and result.stdout.startswith(f"requeued {wid}")
     wait_for(lambda: owner_of(dsn, wid)[0] == "completed", timeout=30, what="completion")
     assert "sweep=off" in bystander.log_path.read_text()
+
+
+SWEEP_HELD = """
+CREATE TABLE sweep_gate (held boolean);
+INSERT INTO sweep_gate VALUES (true);
+CREATE FUNCTION sweep_gate_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    WHILE EXISTS (SELECT 1 FROM sweep_gate) LOOP
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER sweep_gate BEFORE UPDATE ON workflows FOR EACH ROW
+    WHEN (OLD.lease_owner = 'ghost' AND OLD.status = 'running') EXECUTE FUNCTION sweep_gate_fn();
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_cut_off_by_a_lost_connection_waits_its_dead_after_before_it_sweeps_again(workers, dsn):
+    """The reconnect postpones the sweep (the others were probably cut off too, their beats
+    could not get through); the sweep the loss interrupted must not be sent again at once."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SWEEP_HELD)
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, dead_after_seconds,"
+            " heartbeat_at) VALUES ('ghost', 'gone', 1, 1, '{three}', 1, now() - interval '1 hour')"
+        )
+        (wid,) = conn.execute(
+            "INSERT INTO workflows (workflow_type, status, attempt, lease_epoch, lease_owner, updated_at)"
+            " VALUES ('three', 'running', 1, 1, 'ghost', now() - interval '1 hour') RETURNING id"
+        ).fetchone()
+    sweeper = workers.start("--heartbeat", "1s")
+    dead_after = WorkerOptions(heartbeat=1.0).dead_after
+    # its first sweep, held inside the requeue of the ghost's run
+    pids = wait_for(
+        lambda: rows(
+            dsn,
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query LIKE %s AND wait_event = 'PgSleep'",
+            "%wfctl.sweep.%",
+        ),
+        what="the sweep to be held",
+    )
+    rows(dsn, "SELECT pg_terminate_backend(%s)", pids[0][0])
+    wait_for(lambda: "reconnected" in sweeper.log_path.read_text(), what="the worker to reconnect")
+    reconnected = time.monotonic()
+    rows(dsn, "DELETE FROM sweep_gate RETURNING 1")
+    wait_for(lambda: owner_of(dsn, str(wid))[1] > 1, what="the ghost's run to be requeued")
+    waited = time.monotonic() - reconnected
+    assert waited >= 0.8 * dead_after, f"swept {waited:.2f}s after reconnecting (dead after {dead_after:g}s)"

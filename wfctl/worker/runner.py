@@ -315,8 +315,9 @@ class Worker:
             self._more = True
             return
 
-    def _with_db(self, action: str, fn: Any, *args: Any) -> Any:
-        """Run ``fn(conn, *args)``, reconnecting and retrying when the connection was lost.
+    def _with_db(self, action: str, fn: Any, *args: Any, resend: bool = True) -> Any:
+        """Run ``fn(conn, *args)``, reconnecting and retrying when the connection was lost
+        (with ``resend=False``: reconnecting, and returning None instead of sending it again).
         Any other database error (a statement timeout, a deadlock, a value the database
         refuses, a full disk) is a refusal of this statement: it is raised to the caller,
         which fails what it must and carries on; re-sending it would fail the same way."""
@@ -334,6 +335,8 @@ class Worker:
                 if conn is not None and not connection_lost(conn, exc):
                     raise
                 self._reconnect(exc, action)
+                if not resend:
+                    return None
 
     def _declare(self) -> None:
         """At start: the schedules and the limits (``@wfctl.workflow(concurrency=, rate=,
@@ -661,9 +664,11 @@ class Worker:
                 self.log.info(f"released {released} workflow(s) claimed during a connection loss")
 
     def _sweep_once(self) -> list[recovery.Recovered] | None:
-        """The sweep duty's statement (recovery.sweep); None when another worker sweeps now."""
+        """The sweep duty's statement (recovery.sweep); None when another worker sweeps now, or
+        when the connection was lost during it: the reconnect postponed the sweep (the others
+        were probably cut off too), so it is not sent again at once."""
         try:
-            found = self._with_db("sweep", recovery.sweep)
+            found = self._with_db("sweep", recovery.sweep, resend=False)
         except psycopg.Error as exc:
             self._refused("sweep", exc)
             return []

@@ -22,7 +22,8 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - every submit is of ``sf-flow`` (no limit in code) or, one time in three, ``sf-capped`` (the
   same workflow under a concurrency limit of 2 declared in code), with a concurrency key (c0, c1,
   c2) now and then; ``submit_crowd``: 2-6 short runs of one of them at once (ok, raise once,
-  sleep 200ms, a gate), keys now and then: work that competes for the limits;
+  sleep 200ms, a gate), keys and priorities (-5, 0, 5) now and then: work that competes for
+  the limits, claimed by priority across limited and unlimited types;
 - ``set_limit``: ``wfctl limit TYPE --concurrency N (0 pauses, 1-3) --per-key K (1-2) --rate R
   (2/s, 5/s, 20/s) --json``, any of them (none: the command shows the type's limits), or the
   library's ``limits.set_limits``; ``clear_limit``: ``wfctl limit TYPE --clear`` or
@@ -776,6 +777,7 @@ SEND_VIA = st.sampled_from(["api", "api", "sql", "tx", "rollback", "cli"])
 WTYPE = st.sampled_from([TYPE, TYPE, CAPPED])
 CKEY = st.sampled_from([None, None, "c0", "c1", "c2"])  # a concurrency key (for per-key limits)
 CROWD_KEY = st.sampled_from([None, "c0", "c0", "c1"])
+PRIORITY = st.sampled_from([0, 0, 0, 5, -5])  # submit_crowd: claimed by priority, limits or not
 LIMIT_TYPE = st.sampled_from([TYPE, CAPPED])
 # `wfctl limit`: concurrency 0 pauses the type; all of them None only shows the type's limits
 LIMIT_CONCURRENCY = st.sampled_from([None, None, 0, 1, 1, 2, 3])
@@ -963,6 +965,7 @@ class StatefulEngine(RuleBasedStateMachine):
         timeout: str | None = None,
         wtype: str = TYPE,
         ckey: str | None = None,
+        priority: int = 0,
     ) -> list:
         data = {"steps": steps}
         if self.skipping:
@@ -983,6 +986,7 @@ class StatefulEngine(RuleBasedStateMachine):
                     max_retries=max_retries,
                     timeout=timeout,
                     concurrency_key=ckey,
+                    priority=priority,
                 )
             )
         elif via == "cli":
@@ -1051,7 +1055,7 @@ class StatefulEngine(RuleBasedStateMachine):
             return [first]
         self.log(
             f"submit {wtype} {steps} key={key} max_retries={max_retries} timeout={timeout} "
-            f"concurrency_key={ckey} via {via}: {wid}"
+            f"concurrency_key={ckey} priority={priority} via {via}: {wid}"
         )
         if not self.expect(wid not in self.model, f"submit returned the id {wid} of another workflow"):
             return []
@@ -1102,14 +1106,18 @@ class StatefulEngine(RuleBasedStateMachine):
 
     @rule(
         target=workflows,
-        runs=st.lists(st.tuples(SHORT_SPEC, CROWD_KEY), min_size=2, max_size=6),
+        runs=st.lists(st.tuples(SHORT_SPEC, CROWD_KEY, PRIORITY), min_size=2, max_size=6),
         wtype=LIMIT_TYPE,
     )
     def submit_crowd(self, runs, wtype):
-        """Several short runs of one type at once, with concurrency keys now and then: work
-        that competes for the type's limits."""
+        """Several short runs of one type at once, with concurrency keys and priorities now and
+        then: work that competes for the type's limits, claimed by priority across types."""
         return multiple(
-            *[w for spec, ckey in runs for w in self._submit(spec, None, None, "api", None, wtype, ckey)]
+            *[
+                w
+                for spec, ckey, priority in runs
+                for w in self._submit(spec, None, None, "api", None, wtype, ckey, priority)
+            ]
         )
 
     @rule(target=workflows, steps=COORD_SPEC, via=VIA, timeout=TIMEOUT, wtype=WTYPE, ckey=CKEY)

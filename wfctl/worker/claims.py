@@ -37,6 +37,7 @@ class ClaimRow:
     run_at: datetime | None
     in_order: bool | None  # picked by wfctl_claim_ready (not a limited type's pick)
     partition: int | None  # the oid of the table holding the run (a partition when partitioned)
+    ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0018)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -75,6 +76,15 @@ class Claimed:
     #: time.monotonic() when the claim statement was sent: the lease is confirmed as of then
     #: (wfctl/worker/lease.py), however long its reply took. None: claimed_at.
     sent_at: float | None = None
+    #: Claimed ahead: taken beyond the worker's free threads (the claim's ``room``), with its
+    #: place in the order the worker starts such runs (workflows.ahead_seq, migration 0018);
+    #: it waits in the backlog for a thread, at most CLAIM_AHEAD_HOLD, and starts only once
+    #: the worker's started_seq has reached it in the database. None: for a free thread.
+    ahead_seq: int | None = None
+
+    @property
+    def ahead(self) -> bool:
+        return self.ahead_seq is not None
 
     @property
     def lease_from(self) -> float:
@@ -159,13 +169,16 @@ def claim(
     *,
     addressable: bool = False,
     room: int = 0,
+    ahead_from: int = 1,
 ) -> Batch:
     """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
     type sets when the submitter left it unset), within the types' limits, the unlimited types'
     from ``frontier`` on (None: from the head) which then moves past what was taken. One
     statement, one commit. ``addressable``: the worker hears wake-ups addressed to it, and the
     statement marks it idle when it takes fewer than ``room`` runs (its threads without a run:
-    some stay free), not idle otherwise (migration 0014); ``Batch.idle`` says which."""
+    some stay free), not idle otherwise (migration 0014); ``Batch.idle`` says which. The runs
+    beyond the first ``room`` in claim order are claimed ahead (``Claimed.ahead_seq``: from
+    ``ahead_from`` on, in claim order); the others are for the free threads, to start at once."""
     if limit <= 0 or not policies:
         return Batch([])
     types = list(policies)
@@ -184,6 +197,7 @@ def claim(
         "floor": frontier.floor_for(after) if frontier is not None else None,
         "addressable": addressable,
         "room": room,
+        "ahead_from": ahead_from,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
@@ -214,11 +228,18 @@ def claim(
             partition=row.partition if pruned else None,
             limited=row.in_order is False,
             sent_at=began,
+            ahead_seq=row.ahead_seq,
         )
         for row in rows
         if row.id is not None
     ]
     return Batch(claimed, min(hints) if hints else None, idle=addressable and len(claimed) < room)
+
+
+def start_ahead(conn: psycopg.Connection[Any], owner: str, seq: int) -> None:
+    """Record that the worker starts the runs it claimed ahead up to ``seq`` (their code runs
+    only after this commits)."""
+    conn.execute(q("worker.start_ahead"), {"id": owner, "seq": seq})
 
 
 def listen(conn: psycopg.Connection[Any], owner: str) -> None:

@@ -1,7 +1,7 @@
 """Runs a worker claims ahead of its free threads (its backlog), in real worker processes.
 
 A worker claims up to twice its concurrency: what it takes beyond its free threads waits in its
-backlog for one. The database tells such a run from one that started (migration 0018); one that has
+backlog for one. The database tells such a run from one that started (migration 0019); one that has
 found no thread within ``policy.CLAIM_AHEAD_HOLD`` is handed back (not an attempt) for an idle
 worker to take, and one whose worker dies before starting it is handed back by the sweep or by
 ``wfctl recover`` without being charged an attempt.

@@ -301,7 +301,7 @@ CREATE TABLE sf_audit_wf (
     lease_owner text,
     run_at timestamptz,
     deadline_at timestamptz,
-    -- the run was claimed ahead and its worker had not started it (migration 0018: its
+    -- the run was claimed ahead and its worker had not started it (migration 0019: its
     -- ahead_seq above the owner's started_seq, read by the same transaction)
     never_started boolean,
     tx_now timestamptz NOT NULL DEFAULT now()  -- the writing transaction's now()

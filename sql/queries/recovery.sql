@@ -12,7 +12,7 @@
 -- not get it changes nothing and gets one row of NULLs back, "another worker is sweeping now".
 -- The lock lives only as long as that one statement: a sweeper paused (SIGSTOP, a long GC, a
 -- partition) between statements holds neither the lock nor the rows it requeued.
--- A run its worker claimed ahead and never started (migration 0018: its ahead_seq above its
+-- A run its worker claimed ahead and never started (migration 0019: its ahead_seq above its
 -- owner's started_seq) is handed back, not charged an attempt: recover makes it pending with
 -- its attempt as it was, and its row in the attempt history ends 'released', as at a SIGTERM.
 -- (Keep the comments inside a block short: pg_stat_activity shows a statement's first 1 kB.)

@@ -88,7 +88,7 @@ picked AS MATERIALIZED (
     -- the batch: the first of both picks in claim order; what is left out stays pending (the
     -- unlimited runs left out sort after the frontier's new key, the last of them taken).
     -- ord: the place in claim order; beyond the worker's free threads (%(room)s) the run
-    -- waits in its backlog, claimed ahead (ahead_seq, migration 0018)
+    -- waits in its backlog, claimed ahead (ahead_seq, migration 0019)
     SELECT c.id, c.created_at, c.in_order,
            row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
     FROM (
@@ -244,7 +244,7 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
 -- %(started_seq)s (NULL: none): the runs claimed ahead that take the threads this batch frees
--- start when it commits: the worker's started_seq goes up to theirs (migration 0018).
+-- start when it commits: the worker's started_seq goes up to theirs (migration 0019).
 -- The run's deadline fences every write as the epoch does (migration 0016): past deadline_at
 -- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
 -- deadline error, which the worker sends), and a timeout matches only past it.
@@ -411,7 +411,7 @@ closed AS (
 SELECT id FROM released;
 
 -- name: start_ahead
--- Runs claimed ahead (ahead_seq, migration 0018) that now have a free thread, when no group
+-- Runs claimed ahead (ahead_seq, migration 0019) that now have a free thread, when no group
 -- commit carries their start (worker.flush, started): the worker has started every run it
 -- claimed ahead up to %(seq)s, and this commits before any of their code runs, so that from
 -- now on its death charges them an attempt. Idempotent.

@@ -248,7 +248,7 @@ def flush(
     its transaction) per partition its runs are in (``targets``: the partitioned layout; None:
     through the parent tables). ``started`` (worker id, ahead_seq): the worker starts the runs
     it claimed ahead up to that one once the first statement commits (workers.started_seq,
-    migration 0018). Raises psycopg errors; the caller may re-send the same batch, so nothing
+    migration 0019). Raises psycopg errors; the caller may re-send the same batch, so nothing
     is resolved before every statement has succeeded."""
     groups = merge(batch)
     by_partition: dict[int | None, list[tuple[Request, ...]]] = {}

@@ -37,7 +37,7 @@ class ClaimRow:
     run_at: datetime | None
     in_order: bool | None  # picked by wfctl_claim_ready (not a limited type's pick)
     partition: int | None  # the oid of the table holding the run (a partition when partitioned)
-    ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0018)
+    ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0019)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -77,7 +77,7 @@ class Claimed:
     #: (wfctl/worker/lease.py), however long its reply took. None: claimed_at.
     sent_at: float | None = None
     #: Claimed ahead: taken beyond the worker's free threads (the claim's ``room``), with its
-    #: place in the order the worker starts such runs (workflows.ahead_seq, migration 0018);
+    #: place in the order the worker starts such runs (workflows.ahead_seq, migration 0019);
     #: it waits in the backlog for a thread, at most CLAIM_AHEAD_HOLD, and starts only once
     #: the worker's started_seq has reached it in the database. None: for a free thread.
     ahead_seq: int | None = None

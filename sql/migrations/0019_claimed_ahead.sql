@@ -1,4 +1,4 @@
--- wfctl schema, version 18: a run claimed ahead is told apart from a run that started.
+-- wfctl schema, version 19: a run claimed ahead is told apart from a run that started.
 --
 -- A worker claims up to twice its concurrency: the runs beyond its free threads wait in its
 -- backlog, claimed ahead, for a thread (README, "Flow control"). Before, the database could

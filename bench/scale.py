@@ -402,6 +402,7 @@ def worker_params() -> dict[str, Any]:
         "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
         "addressable": True,  # a worker that listens: its claim marks it idle or not
         "room": DEFAULTS.concurrency,  # its threads without a run: all of them, at its first claim
+        "ahead_from": 1,  # the first run it claims ahead is its first (migration 0019)
     }
 
 

@@ -636,6 +636,8 @@ class Chaos:
         requeues: dict[tuple[str, int], tuple[Any, ...]] = {}
         for index, run in enumerate(runs):
             for row in run.rows:
+                if row.get("claimed_ahead"):
+                    continue  # claimed ahead, never started: handed back, no attempt lost
                 owner = str(row["previous_owner"])
                 pid = owner_pid(owner)
                 dead = pid in killed_at and killed_at[pid] <= run.ended

@@ -22,7 +22,7 @@ BATCH = 32
 
 
 def claim_sql_with_placeholders() -> str:
-    """worker.claim with $1..$12 for its named parameters, to PREPARE it as the worker does."""
+    """worker.claim with $1..$13 for its named parameters, to PREPARE it as the worker does."""
     names = [
         "types",
         "retries",
@@ -36,6 +36,7 @@ def claim_sql_with_placeholders() -> str:
         "floor",
         "addressable",
         "room",
+        "ahead_from",
     ]
     casts = [
         "text[]",
@@ -50,6 +51,7 @@ def claim_sql_with_placeholders() -> str:
         "timestamptz",
         "boolean",
         "int",
+        "bigint",
     ]
     text = q("worker.claim")
     for number, (name, cast) in enumerate(zip(names, casts, strict=True), start=1):
@@ -91,7 +93,7 @@ def claim(
             psycopg.ClientCursor(conn)
             .execute(  # EXECUTE takes no bound parameters
                 "EXECUTE claim_plan(%s::text[], %s::int[], %s::float8[], %s::text[], %s::int, 'w1',"
-                " NULL, NULL, NULL, NULL, true, %s)",
+                " NULL, NULL, NULL, NULL, true, %s, 1)",
                 (types, [3] * len(types), [None] * len(types), [None] * len(types), BATCH, BATCH),
             )
             .fetchall()

@@ -12,7 +12,7 @@ import sys
 
 import psycopg
 import pytest
-from helpers import APPS, wait_for
+from helpers import APPS, freeze, wait_for
 
 import wfctl
 
@@ -186,7 +186,7 @@ def test_four_recovers_released_at_the_same_moment_requeue_each_once(workers, ds
 @pytest.mark.slow
 def test_claimed_ahead_run_whose_lease_was_taken_is_not_started(workers, dsn):
     """A worker claims ahead (a backlog waiting for a free thread). When `wfctl recover` takes
-    its leases while it cannot heartbeat, the run in the backlog must not start there: its
+    its leases while it is frozen, the run in the backlog must not start there: its
     first step must run once, on the rescuer. (Found by tests/chaos.py at the database restart:
     more duplicate executions on one worker than it had threads.)"""
     workers.gate.touch()
@@ -196,18 +196,32 @@ def test_claimed_ahead_run_whose_lease_was_taken_is_not_started(workers, dsn):
     proc = workers.start("--concurrency", "1", "--heartbeat", "60s")
     wait_for(lambda: counts(workers.effects(), a).get("one"), what="a to enter its gated step")
     b = str(wfctl.submit(dsn, "three", {}))
-    wait_for(
-        lambda: (
-            rows(dsn, "SELECT status, lease_owner LIKE %s FROM workflows WHERE id = %s", f"%:{proc.pid}:%", b)
-            == [("running", True)]
-        ),
-        what="b to be claimed ahead by the busy worker",
-    )
+    # b's row locked while the worker holds it claimed ahead, and the worker frozen: it can
+    # neither start b nor hand it back (it would after CLAIM_AHEAD_HOLD) before recover
+    holder = psycopg.connect(dsn)
+
+    def claimed_ahead() -> bool:
+        found = holder.execute(
+            "SELECT 1 FROM workflows WHERE id = %s AND status = 'running' AND lease_owner LIKE %s FOR UPDATE",
+            (b, f"%:{proc.pid}:%"),
+        ).fetchall()
+        if not found:
+            holder.rollback()
+        return bool(found)
+
+    wait_for(claimed_ahead, what="b to be claimed ahead by the busy worker")
+    freeze(proc)
+    holder.rollback()
+    holder.close()
     assert counts(workers.effects(), b) == {}
-    # the worker's heartbeat is over 1 s old: both are taken (--force: by its own 60 s
-    # heartbeat it is still alive, which is the point here)
-    recover_until(workers, [a, b], force=True)
-    workers.gate.unlink()  # a's checkpoint is fenced out; the thread is free for b
+    try:
+        # the worker's heartbeat is over 1 s old: both are taken (--force: by its own 60 s
+        # heartbeat it is still alive, which is the point here); b, never started, uncharged
+        found = recover_until(workers, [a, b], force=True)
+        assert [(r["status"], r["attempt"]) for r in found] == [("pending", 2), ("pending", 1)]
+        workers.gate.unlink()  # a's checkpoint is fenced out; the thread is free for b
+    finally:
+        proc.send_signal(signal.SIGCONT)
     wait_for(
         lambda: sum(
             1 for line in proc.log_path.read_text().splitlines() if "lease lost" in line and b in line

@@ -314,6 +314,9 @@ CREATE TABLE sf_audit_wf (
     lease_owner text,
     run_at timestamptz,
     deadline_at timestamptz,
+    -- the run was claimed ahead and its worker had not started it (migration 0019: its
+    -- ahead_seq above the owner's started_seq, read by the same transaction)
+    never_started boolean,
     tx_now timestamptz NOT NULL DEFAULT now()  -- the writing transaction's now()
 );
 CREATE TABLE sf_audit_steps (
@@ -341,10 +344,11 @@ BEGIN
     ELSE
         INSERT INTO sf_audit_wf (workflow_id, op, old_status, new_status, old_epoch, new_epoch,
                                  old_attempt, new_attempt, max_retries, current_step, lease_owner,
-                                 run_at, deadline_at)
+                                 run_at, deadline_at, never_started)
         VALUES (NEW.id, TG_OP, OLD.status, NEW.status, OLD.lease_epoch, NEW.lease_epoch,
                 OLD.attempt, NEW.attempt, NEW.max_retries, NEW.current_step, NEW.lease_owner,
-                NEW.run_at, NEW.deadline_at);
+                NEW.run_at, NEW.deadline_at,
+                OLD.ahead_seq > (SELECT k.started_seq FROM workers k WHERE k.id = OLD.lease_owner));
     END IF;
     RETURN NULL;
 END;
@@ -2254,13 +2258,15 @@ def check_releases(dsn: str | psycopg.Connection, connection_losses: int) -> Non
     """Invariant 2, the uncounted part: a running workflow goes back to pending without an
     attempt counted and runnable at once (a hand-back: ``run_at = now()``, unlike a park)
     only when its claim's reply may have been lost, so once per connection loss at most (this
-    test sends no SIGTERM, the other cause). A run that ends without a final write, or a
-    replayed sleep that does not park, is handed back like that over and over."""
+    test sends no SIGTERM, the other cause), or when its worker had claimed it ahead and not
+    started it (handed back after CLAIM_AHEAD_HOLD, or by recovery when that worker died). A
+    run that ends without a final write, or a replayed sleep that does not park, is handed
+    back like that over and over."""
     rows = query(
         dsn,
         "SELECT workflow_id::text, count(*), max(new_epoch) FROM sf_audit_wf WHERE op = 'UPDATE'"
         " AND old_status = 'running' AND new_status = 'pending' AND new_attempt = old_attempt"
-        " AND run_at = tx_now GROUP BY 1 HAVING count(*) > %s",
+        " AND run_at = tx_now AND NOT coalesce(never_started, false) GROUP BY 1 HAVING count(*) > %s",
         (connection_losses,),
     )
     assert not rows, (

@@ -8,7 +8,7 @@ import pytest
 from wfctl.errors import InvalidInput
 from wfctl.worker.duties import ALARM_HORIZON, Duties, Duty, Poll
 from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
-from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, should_claim
+from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
 
 
 class FakeClock:
@@ -93,6 +93,16 @@ def test_claim_or_not(held, backlog, more, wakeups, poll_due, expected):
         concurrency=8, held=held, backlog=backlog, more=more, wakeups=wakeups, poll_due=poll_due
     )
     assert decided is expected
+
+
+def test_a_worker_that_handed_back_what_it_claimed_ahead_claims_only_for_free_threads():
+    """After a hand-back (``ahead`` false) the worker claims into its free threads only: with
+    every thread busy it does not claim back what it gave away, whatever wakes it."""
+    busy = {"concurrency": 8, "held": 8, "backlog": 0, "more": True, "wakeups": 3, "poll_due": True}
+    assert should_claim(**busy) and free_slots(8, 8) == 8  # claiming ahead: up to 8 more
+    assert not should_claim(**busy, ahead=False) and free_slots(8, 8, ahead=False) == 0
+    one_free = {**busy, "held": 7}
+    assert should_claim(**one_free, ahead=False) and free_slots(8, 7, ahead=False) == 1
 
 
 def test_coalesce_or_flush():

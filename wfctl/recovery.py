@@ -30,6 +30,8 @@ class Recovered:
     current_step: int
     previous_owner: str | None
     owner_heartbeat: datetime | None
+    #: claimed ahead by its worker and never started: handed back, not charged an attempt
+    claimed_ahead: bool | None = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,9 @@ def recover(
     """Requeue (or fail, when out of retries) every running workflow whose owner's heartbeat is
     older than ``stale``, or, with ``stale=None``, older than the owner's own recorded
     ``dead_after`` (what the sweep does). One statement: concurrent calls requeue each workflow
-    once. The threshold goes to the database as exact seconds (see wfctl.durations)."""
+    once. A run its worker claimed ahead and never started is handed back uncharged
+    (``claimed_ahead``). The threshold goes to the database as exact seconds (see
+    wfctl.durations)."""
     rows = _requeue(conn, stale, dry_run=dry_run, sweep=False)
     assert rows is not None  # only a sweep can find the sweep lock taken
     return rows

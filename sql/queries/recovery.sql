@@ -12,6 +12,9 @@
 -- not get it changes nothing and gets one row of NULLs back, "another worker is sweeping now".
 -- The lock lives only as long as that one statement: a sweeper paused (SIGSTOP, a long GC, a
 -- partition) between statements holds neither the lock nor the rows it requeued.
+-- A run its worker claimed ahead and never started (migration 0019: its ahead_seq above its
+-- owner's started_seq) is handed back, not charged an attempt: recover makes it pending with
+-- its attempt as it was, and its row in the attempt history ends 'released', as at a SIGTERM.
 -- (Keep the comments inside a block short: pg_stat_activity shows a statement's first 1 kB.)
 
 -- name: recover
@@ -21,7 +24,7 @@
 -- just before a pause) is not stale yet: recover and the reference "updated_at older than X"
 -- query agree.
 -- The abandoned attempt counts: past max_retries the workflow fails instead. Its row in the
--- attempt history ends 'abandoned'. Rows another recover holds are skipped (SKIP LOCKED), and
+-- attempt history ends 'abandoned'. (Not a run claimed ahead: top of file.) Rows another recover holds are skipped (SKIP LOCKED), and
 -- the row re-check after the lock makes a workflow that a concurrent recover already requeued
 -- drop out: each is requeued once.
 -- %(sweep)s: see the top of this file.
@@ -31,7 +34,8 @@ WITH turn AS MATERIALIZED (
                 ELSE true END AS ours
 ),
 stale AS MATERIALIZED (
-    SELECT w.id, w.lease_owner, k.heartbeat_at
+    SELECT w.id, w.lease_owner, k.heartbeat_at,
+           coalesce(w.ahead_seq > k.started_seq, false) AS claimed_ahead
     FROM workflows w
     LEFT JOIN workers k ON k.id = w.lease_owner
     WHERE (SELECT ours FROM turn)
@@ -44,48 +48,58 @@ stale AS MATERIALIZED (
 ),
 requeued AS (
     UPDATE workflows w
-    SET status = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END,
-        attempt = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END,
+    SET status = CASE WHEN stale.claimed_ahead THEN 'pending'
+                      WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END,
+        attempt = CASE WHEN stale.claimed_ahead OR w.attempt > coalesce(w.max_retries, 3) THEN w.attempt
+                       ELSE w.attempt + 1 END,
         lease_epoch = w.lease_epoch + 1,
+        ahead_seq = NULL,
         run_at = now(),
         updated_at = now(),
-        finished_at = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN now() END,
+        finished_at = CASE WHEN NOT stale.claimed_ahead AND w.attempt > coalesce(w.max_retries, 3)
+                           THEN now() END,
         error_message = CASE
-            WHEN w.attempt > coalesce(w.max_retries, 3) THEN
+            WHEN NOT stale.claimed_ahead AND w.attempt > coalesce(w.max_retries, 3) THEN
                 format('abandoned: worker %%s stopped heartbeating during attempt %%s of %%s '
                        '(step %%s done); no retries left', coalesce(stale.lease_owner, '?'),
                        w.attempt, coalesce(w.max_retries, 3) + 1, w.current_step)
             ELSE w.error_message
         END,
-        error_traceback = CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN NULL
-                               ELSE w.error_traceback END
+        error_traceback = CASE WHEN NOT stale.claimed_ahead AND w.attempt > coalesce(w.max_retries, 3)
+                               THEN NULL ELSE w.error_traceback END
     FROM stale
     WHERE w.id = stale.id
     RETURNING w.id, w.workflow_type, w.status, w.attempt, w.lease_epoch, w.current_step,
-              stale.lease_owner AS previous_owner, stale.heartbeat_at AS owner_heartbeat
+              stale.lease_owner AS previous_owner, stale.heartbeat_at AS owner_heartbeat,
+              stale.claimed_ahead
 ),
 closed AS (
-    -- the abandoned execution's row in the attempt history (the epoch before the new one)
+    -- the abandoned execution's row in the attempt history (the epoch before the new one);
+    -- one claimed ahead and never started was handed back
     UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = 'abandoned', last_step = r.current_step,
-        error = CASE WHEN r.owner_heartbeat IS NULL THEN 'worker unknown'
+    SET ended_at = now(), outcome = CASE WHEN r.claimed_ahead THEN 'released' ELSE 'abandoned' END,
+        last_step = r.current_step,
+        error = CASE WHEN r.claimed_ahead THEN NULL
+                     WHEN r.owner_heartbeat IS NULL THEN 'worker unknown'
                      ELSE 'worker went silent' END
     FROM requeued r
     WHERE wa.workflow_id = r.id AND wa.lease_epoch = r.lease_epoch - 1 AND wa.ended_at IS NULL
 )
 SELECT id, workflow_type, status, attempt, lease_epoch, current_step, previous_owner,
-       owner_heartbeat
+       owner_heartbeat, claimed_ahead
 FROM requeued
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM turn WHERE NOT ours;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM turn WHERE NOT ours;
 
 -- name: stale_runs
 -- The same set, for --dry-run: nothing is changed.
 SELECT w.id, w.workflow_type,
-       CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END AS status,
-       CASE WHEN w.attempt > coalesce(w.max_retries, 3) THEN w.attempt ELSE w.attempt + 1 END AS attempt,
+       CASE WHEN w.ahead_seq > k.started_seq THEN 'pending'
+            WHEN w.attempt > coalesce(w.max_retries, 3) THEN 'failed' ELSE 'pending' END AS status,
+       CASE WHEN w.ahead_seq > k.started_seq OR w.attempt > coalesce(w.max_retries, 3) THEN w.attempt
+            ELSE w.attempt + 1 END AS attempt,
        w.lease_epoch + 1 AS lease_epoch, w.current_step, w.lease_owner AS previous_owner,
-       k.heartbeat_at AS owner_heartbeat
+       k.heartbeat_at AS owner_heartbeat, coalesce(w.ahead_seq > k.started_seq, false) AS claimed_ahead
 FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 WHERE w.status = 'running'

@@ -86,8 +86,11 @@ in_order AS MATERIALIZED (
 ),
 picked AS MATERIALIZED (
     -- the batch: the first of both picks in claim order; what is left out stays pending (the
-    -- unlimited runs left out sort after the frontier's new key, the last of them taken)
-    SELECT c.id, c.created_at, c.in_order
+    -- unlimited runs left out sort after the frontier's new key, the last of them taken).
+    -- ord: the place in claim order; beyond the worker's free threads (%(room)s) the run
+    -- waits in its backlog, claimed ahead (ahead_seq, migration 0019)
+    SELECT c.id, c.created_at, c.in_order,
+           row_number() OVER (ORDER BY c.priority DESC, c.run_at, c.id) AS ord
     FROM (
         SELECT h.id, h.created_at, h.priority, h.run_at, false AS in_order
         FROM held h WHERE h.id IS NOT NULL
@@ -118,6 +121,10 @@ claimed AS (
                                         AND w.created_at + make_interval(secs => p.timeout) < w.deadline_at))
                               THEN p.timeout_error ELSE w.deadline_error END,
         wait_kind = NULL,
+        -- claimed ahead: its place in the order the worker starts such runs (from %(ahead_from)s)
+        ahead_seq = %(ahead_from)s::bigint - 1
+                    + array_position(ARRAY(SELECT p2.id FROM picked p2 WHERE p2.ord > %(room)s
+                                           ORDER BY p2.ord), w.id),
         started_at = coalesce(w.started_at, now()),
         updated_at = now()
     FROM unnest(%(types)s::text[], %(retries)s::int[], %(timeouts)s::float8[],
@@ -146,7 +153,8 @@ claimed AS (
               -- (control.retry).
               CASE WHEN w.wait_topic IS NOT NULL OR w.wait_ids IS NOT NULL
                    THEN coalesce(w.wait_step, w.current_step + 1) END AS parked_step,
-              w.wait_topic AS parked_topic, w.wait_ids IS NOT NULL AS parked_children
+              w.wait_topic AS parked_topic, w.wait_ids IS NOT NULL AS parked_children,
+              w.ahead_seq
 ),
 opened AS (
     -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
@@ -217,7 +225,7 @@ SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 WHERE (SELECT count(*) FROM passed) >= 0
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, h.retry_in
+       NULL, NULL, NULL, NULL, NULL, h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: claim_pruned
@@ -243,6 +251,8 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- fenced out, even when a fresh epoch's write for the same workflow travels in the same batch.
 -- expect (when not NULL) requires current_step to equal it: a completion whose last checkpoint
 -- travels separately commits only if that checkpoint did.
+-- %(started_seq)s (NULL: none): the runs claimed ahead that take the threads this batch frees
+-- start when it commits: the worker's started_seq goes up to theirs (migration 0019).
 -- The run's deadline fences every write as the epoch does (migration 0016): past deadline_at
 -- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
 -- deadline error, which the worker sends), and a timeout matches only past it.
@@ -320,6 +330,10 @@ s AS (
         attempt = excluded.attempt, lease_epoch = excluded.lease_epoch
     WHERE ws.status <> 'completed' OR ws.lease_epoch = excluded.lease_epoch
     RETURNING ws.workflow_id, ws.lease_epoch
+),
+started AS (
+    UPDATE workers SET started_seq = greatest(started_seq, %(started_seq)s::bigint)
+    WHERE id = %(owner)s AND %(started_seq)s::bigint IS NOT NULL
 )
 SELECT r.id, r.epoch,
        CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
@@ -383,12 +397,13 @@ WHERE lease_owner = %(id)s AND status = 'running'
 RETURNING id, lease_epoch;
 
 -- name: release_owned
--- Shutdown, and runs claimed by a statement whose reply never arrived: hand back these
--- executions (id and epoch) if this worker still holds them, runnable at once. The attempt
--- is not counted: none of their steps ran here. Their attempt-history rows end 'released'.
+-- Shutdown, runs claimed ahead that found no free thread in time, and runs claimed by a
+-- statement whose reply never arrived: hand back these executions (id and epoch) if this
+-- worker still holds them, runnable at once. The attempt is not counted: none of their steps
+-- ran here. Their attempt-history rows end 'released'.
 WITH released AS (
     UPDATE workflows w
-    SET status = 'pending', run_at = now(), updated_at = now()
+    SET status = 'pending', run_at = now(), updated_at = now(), ahead_seq = NULL
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS r(id, epoch)
     WHERE w.id = r.id AND w.lease_epoch = r.epoch
       AND w.lease_owner = %(id)s AND w.status = 'running'
@@ -402,6 +417,13 @@ closed AS (
       AND wa.ended_at IS NULL
 )
 SELECT id FROM released;
+
+-- name: start_ahead
+-- Runs claimed ahead (ahead_seq, migration 0019) that now have a free thread, when no group
+-- commit carries their start (worker.flush, started): the worker has started every run it
+-- claimed ahead up to %(seq)s, and this commits before any of their code runs, so that from
+-- now on its death charges them an attempt. Idempotent.
+UPDATE workers SET started_seq = greatest(started_seq, %(seq)s::bigint) WHERE id = %(id)s;
 
 -- name: stopped
 UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;

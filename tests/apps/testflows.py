@@ -8,6 +8,7 @@ blocks while the file $WFCTL_TEST_GATE exists, so a test can hold a worker insid
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -109,3 +110,12 @@ def changing(ctx: wfctl.Context, data: dict[str, Any]) -> str:
 @wfctl.workflow("badoutput", max_retries=0)
 def badoutput(ctx: wfctl.Context, data: dict[str, Any]) -> None:
     ctx.step("set", effect, str(ctx.workflow_id), "set", {1, 2})
+
+
+@wfctl.workflow("kills_worker", max_retries=0)
+def kills_worker(ctx: wfctl.Context, data: dict[str, Any]) -> str:
+    """Its first attempt SIGKILLs the worker running it, before any step: the attempt counts."""
+    _record(f"{ctx.workflow_id} start")
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"

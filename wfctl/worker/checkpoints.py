@@ -24,6 +24,9 @@ from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 #: "timeout": the run failed at its deadline, with its deadline error: the one write the
 #: database takes past the deadline, and only then (every other kind is refused past it).
 Kind = Literal["step", "park", "complete", "fail", "release", "timeout"]
+#: The writes after which the thread that sent them is free: the next runs claimed ahead start
+#: with the same group commit (``started``; wfctl/worker/runner.py, Worker._flush).
+ENDING: frozenset[str] = frozenset({"park", "complete", "fail", "release", "timeout"})
 
 
 class Request:
@@ -236,19 +239,25 @@ def target(group: tuple[Request, ...]) -> Target:
 
 
 def flush(
-    conn: psycopg.Connection[Any], batch: list[Request], targets: PartitionTargets | None = None
+    conn: psycopg.Connection[Any],
+    batch: list[Request],
+    targets: PartitionTargets | None = None,
+    started: tuple[str, int] | None = None,
 ) -> None:
     """Write ``batch`` and resolve every request: one statement (autocommit: the statement is
     its transaction) per partition its runs are in (``targets``: the partitioned layout; None:
-    through the parent tables). Raises psycopg errors; the caller may re-send the same batch,
-    so nothing is resolved before every statement has succeeded."""
+    through the parent tables). ``started`` (worker id, ahead_seq): the worker starts the runs
+    it claimed ahead up to that one once the first statement commits (workers.started_seq,
+    migration 0019). Raises psycopg errors; the caller may re-send the same batch, so nothing
+    is resolved before every statement has succeeded."""
     groups = merge(batch)
     by_partition: dict[int | None, list[tuple[Request, ...]]] = {}
     for group in groups:
         by_partition.setdefault(group[0].partition if targets is not None else None, []).append(group)
     written: set[tuple[UUID, int]] = set()
     for partition, part in by_partition.items():
-        written |= _write_in_partition(conn, part, partition, targets)
+        written |= _write_in_partition(conn, part, partition, targets, started)
+        started = None
     for group in groups:
         ok = group[0].key in written
         for r in group:
@@ -260,21 +269,25 @@ def _write_in_partition(
     groups: list[tuple[Request, ...]],
     partition: int | None,
     targets: PartitionTargets | None,
+    started: tuple[str, int] | None = None,
 ) -> set[tuple[UUID, int]]:
     """Write ``groups`` in the tables of ``partition``; if one is gone (renamed or dropped
     by hand since it was looked up), through the parents, which find any run by key."""
     where = targets.of(conn, partition) if targets is not None else PARENTS
     try:
-        return _write(conn, groups, where)
+        return _write(conn, groups, where, started)
     except psycopg.errors.UndefinedTable:
         if targets is None or partition is None or where == PARENTS:
             raise
         targets.forget(partition)
-        return _write(conn, groups, PARENTS)
+        return _write(conn, groups, PARENTS, started)
 
 
 def _write(
-    conn: psycopg.Connection[Any], groups: list[tuple[Request, ...]], where: Targets
+    conn: psycopg.Connection[Any],
+    groups: list[tuple[Request, ...]],
+    where: Targets,
+    started: tuple[str, int] | None = None,
 ) -> set[tuple[UUID, int]]:
     """One statement: the (id, epoch) of the rows it stored.
 
@@ -306,6 +319,8 @@ def _write(
         "tracebacks": _text_array([t.traceback for t in rows]),
         "outcomes": _text_array([t.outcome for t in rows]),
         "timeouts": _array([t.timeout for t in rows]),
+        "owner": started[0] if started is not None else None,
+        "started_seq": started[1] if started is not None else None,
     }
     with conn.cursor(row_factory=class_row(Written)) as cur:
         query = composed("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)

@@ -40,6 +40,7 @@ class ClaimRow:
     parked_step: int | None  # the wait the run parked in and has not got past: its step...
     parked_topic: str | None  # ...the topic of a recv...
     parked_children: bool | None  # ...or true for a wait for children
+    ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0019)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -83,6 +84,15 @@ class Claimed:
     #: it there (Context._claim_number, Context.patched). None: the run is at no such wait.
     parked_step: int | None = None
     parked_name: str | None = None
+    #: Claimed ahead: taken beyond the worker's free threads (the claim's ``room``), with its
+    #: place in the order the worker starts such runs (workflows.ahead_seq, migration 0019);
+    #: it waits in the backlog for a thread, at most CLAIM_AHEAD_HOLD, and starts only once
+    #: the worker's started_seq has reached it in the database. None: for a free thread.
+    ahead_seq: int | None = None
+
+    @property
+    def ahead(self) -> bool:
+        return self.ahead_seq is not None
 
     @property
     def lease_from(self) -> float:
@@ -177,13 +187,16 @@ def claim(
     *,
     addressable: bool = False,
     room: int = 0,
+    ahead_from: int = 1,
 ) -> Batch:
     """Take up to ``limit`` runnable workflows of the types in ``policies`` (type -> what the
     type sets when the submitter left it unset), within the types' limits, the unlimited types'
     from ``frontier`` on (None: from the head) which then moves past what was taken. One
     statement, one commit. ``addressable``: the worker hears wake-ups addressed to it, and the
     statement marks it idle when it takes fewer than ``room`` runs (its threads without a run:
-    some stay free), not idle otherwise (migration 0014); ``Batch.idle`` says which."""
+    some stay free), not idle otherwise (migration 0014); ``Batch.idle`` says which. The runs
+    beyond the first ``room`` in claim order are claimed ahead (``Claimed.ahead_seq``: from
+    ``ahead_from`` on, in claim order); the others are for the free threads, to start at once."""
     if limit <= 0 or not policies:
         return Batch([])
     types = list(policies)
@@ -202,6 +215,7 @@ def claim(
         "floor": frontier.floor_for(after) if frontier is not None else None,
         "addressable": addressable,
         "room": room,
+        "ahead_from": ahead_from,
     }
     with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
         # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
@@ -234,6 +248,7 @@ def claim(
             sent_at=began,
             parked_step=row.parked_step,
             parked_name=_parked_name(row),
+            ahead_seq=row.ahead_seq,
         )
         for row in rows
         if row.id is not None
@@ -248,6 +263,12 @@ def _parked_name(row: ClaimRow) -> str | None:
     if row.parked_topic is not None:
         return recv_step_name(row.parked_topic)
     return WAIT_STEP if row.parked_children else None
+
+
+def start_ahead(conn: psycopg.Connection[Any], owner: str, seq: int) -> None:
+    """Record that the worker starts the runs it claimed ahead up to ``seq`` (their code runs
+    only after this commits)."""
+    conn.execute(q("worker.start_ahead"), {"id": owner, "seq": seq})
 
 
 def listen(conn: psycopg.Connection[Any], owner: str) -> None:

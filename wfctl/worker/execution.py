@@ -86,6 +86,9 @@ class Execution:
         self._stopping = stopping
         self._log = log
         self.lost = False  # set by the database loop when a heartbeat shows the lease is gone
+        # claimed ahead and not yet recorded started in the database (workers.started_seq): the
+        # loop records it (and waits for the commit) before the run gets a thread
+        self.ahead = claimed.ahead
         self.terminal = False  # a final write (complete, fail, park, release) was sent
         # The last checkpoint, sent but not yet awaited: the workflow's own code runs on while
         # it commits, and the next step (or the end of the run) waits for it. A checkpoint that

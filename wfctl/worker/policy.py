@@ -8,20 +8,32 @@ from dataclasses import dataclass
 
 COALESCE_GAP = 0.0003  # seconds without a new write after which a group commit goes out
 COALESCE_MAX = 0.002  # the longest a write waits for company
+#: Seconds a run claimed ahead (beyond the worker's free threads) waits for a thread before the
+#: worker hands it back, for an idle worker to take (not an attempt: none of its code ran).
+CLAIM_AHEAD_HOLD = 1.0
 
 
-def free_slots(concurrency: int, held: int) -> int:
-    """Room to claim: threads, plus as many claimed-ahead workflows waiting for a thread."""
-    return 2 * concurrency - held
+def free_slots(concurrency: int, held: int, ahead: bool = True) -> int:
+    """Room to claim: threads, plus (``ahead``) as many claimed-ahead workflows waiting for a
+    thread. Without ``ahead`` (the worker just handed back what it claimed ahead and has no
+    thread free since) only the threads: it would claim back what it gave away."""
+    return (2 if ahead else 1) * concurrency - held
 
 
 def should_claim(
-    *, concurrency: int, held: int, backlog: int, more: bool, wakeups: int, poll_due: bool
+    *,
+    concurrency: int,
+    held: int,
+    backlog: int,
+    more: bool,
+    wakeups: int,
+    poll_due: bool,
+    ahead: bool = True,
 ) -> bool:
     """Claim now? Only with room; while the backlog still feeds the threads, only once there is
     room for a bigger batch; and only when there may be work: the last claim came back full,
     a NOTIFY arrived, or the poll interval is up."""
-    free = free_slots(concurrency, held)
+    free = free_slots(concurrency, held, ahead)
     if free <= 0:
         return False
     if backlog and free < max(1, concurrency // 2):

@@ -2,7 +2,11 @@
 
 The main thread owns the one database connection. It claims runnable workflows (batched,
 SKIP LOCKED), hands them to worker threads, group-commits the writes those threads ask for,
-heartbeats, listens for wake-ups, and handles signals:
+heartbeats, listens for wake-ups, and handles signals. What it claims beyond its free threads
+waits in its backlog, claimed ahead (marked so in the database until it starts: a worker's
+death then charges it nothing); what found no thread within ``CLAIM_AHEAD_HOLD`` is handed back
+for an idle worker, and the worker claims nothing ahead again until a thread of its frees.
+Signals:
 
 - SIGTERM / first SIGINT: stop claiming; let running steps finish, releasing each workflow at
   its next step boundary; after ``grace``, release whatever still runs and exit.
@@ -39,14 +43,22 @@ from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat, poollog, ticks
 from wfctl.worker.calls import Call, execute
-from wfctl.worker.checkpoints import Request, flush, merge
+from wfctl.worker.checkpoints import ENDING, Request, flush, merge
 from wfctl.worker.duties import Alarmed, Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.lease import Leases
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
-from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
+from wfctl.worker.policy import (
+    CLAIM_AHEAD_HOLD,
+    COALESCE_GAP,
+    COALESCE_MAX,
+    Coalesce,
+    flush_now,
+    free_slots,
+    should_claim,
+)
 from wfctl.worker.stopping import Stopper
 from wfctl.worker.sweep import SweepDuty
 from wfctl.worker.targets import PartitionTargets
@@ -97,6 +109,16 @@ class Worker:
         self.unsettled: dict[Key, Execution] = {}
         self._abandon_due = 0.0  # re-send refused abandon writes no more than once a beat
         self.backlog: deque[Execution] = deque()  # held, waiting for a free thread
+        # claim ahead of the free threads; off from a hand-back of runs claimed ahead that found
+        # no thread in time until a thread frees (else the worker would claim them back)
+        self._ahead = True
+        # the ahead_seq the next claim gives its first run claimed ahead (1, 2, ...: above the
+        # workers row's started_seq, 0, until this worker starts them in that order)
+        self._ahead_seq = 1
+        # executions whose last write committed, not yet harvested: their threads are about to
+        # be free, so a claim in between counts them as free (what it takes for them is not
+        # claimed ahead, and needs no start recorded)
+        self._ending: set[Key] = set()
         self.active = 0  # executions on threads
         # SIGTERM/SIGINT and the watchdog that bounds shutdown (wfctl/worker/stopping.py)
         self.stopper = Stopper(
@@ -125,6 +147,16 @@ class Worker:
         # claim policy, and only wakes the loop while there is room to claim
         self.duties = Duties(time.monotonic)
         self.heartbeat = self.duties.add(Duty("heartbeat", options.heartbeat, self._beat))
+        # hand back the runs claimed ahead that found no free thread within CLAIM_AHEAD_HOLD
+        # (an alarm at each one's time, and every CLAIM_AHEAD_HOLD while any waits)
+        self.hand_back = self.duties.add(
+            Alarmed(
+                "hand back",
+                CLAIM_AHEAD_HOLD,
+                self._hand_back,
+                active=lambda: any(e.ahead for e in self.backlog),
+            )
+        )
         # how old each lease's last confirmation is (wfctl/worker/lease.py): a run or a step
         # starts only on one younger than two thirds of the dead-after, else after a heartbeat
         self.leases = Leases(options.dead_after, self._request_beat)
@@ -464,7 +496,7 @@ class Worker:
             pass
 
     def _free_slots(self) -> int:
-        return free_slots(self.options.concurrency, len(self.running))
+        return free_slots(self.options.concurrency, len(self.running), self._ahead)
 
     def _should_claim(self, now: float) -> bool:
         return should_claim(
@@ -474,27 +506,91 @@ class Worker:
             more=self._more,
             wakeups=self._wakeups,
             poll_due=self.poll.is_due(now),
+            ahead=self._ahead,
         )
 
     def _start_ready(self) -> None:
         if self.stopping.is_set():
             return  # after SIGTERM nothing new starts here: the backlog is handed back
-        while self.backlog and self.active < self.options.concurrency:
-            execution = self.backlog.popleft()
-            if execution.lost:  # its lease went while it waited: it never runs here
+        stalled = False
+        while not stalled and self.backlog and self.active < self.options.concurrency:
+            ahead: list[Execution] = []  # claimed ahead: their mark is cleared before they start
+            while self.backlog and self.active + len(ahead) < self.options.concurrency:
+                execution = self.backlog.popleft()
+                if execution.lost:  # its lease went while it waited: it never runs here
+                    self._not_started(execution)
+                    continue
+                if not execution.lease_fresh():
+                    # claimed longer ago than the lease allows (the worker was paused, its
+                    # heartbeats failed): a heartbeat first says whether it is still ours
+                    self.backlog.appendleft(execution)
+                    if not self._beat_asked:
+                        self._beat_asked = True
+                        self.heartbeat.soon()
+                    stalled = True
+                    break
+                if execution.ahead:
+                    ahead.append(execution)
+                    continue
+                self.active += 1
+                self._work.put(execution)
+            if ahead:
+                self._start_ahead(ahead)
+
+    def _not_started(self, execution: Execution) -> None:
+        self.running.pop(execution.key, None)
+        self.log.warning(f"{execution.id} lease lost before it started: not run here")
+
+    def _start_ahead(self, ahead: list[Execution]) -> None:
+        """Runs claimed ahead that now have a thread, with no group commit to record their
+        start: one statement records it (workers.started_seq), and commits, before any of their
+        code runs, so that a run that kills its worker is charged for it."""
+        seq = max(e.claimed.ahead_seq or 0 for e in ahead)
+        try:
+            self._with_db("start", claims.start_ahead, self.me.id, seq)
+        except psycopg.Error as exc:
+            self._refused("start", exc)
+            # none starts: hand them back (what this misses, the heartbeat finds as orphans)
+            for execution in ahead:
                 self.running.pop(execution.key, None)
-                self.log.warning(f"{execution.id} lease lost before it started: not run here")
+            self._release([e.key for e in ahead])
+            return
+        for execution in ahead:
+            execution.ahead = False
+            if execution.lost:
+                self._not_started(execution)
                 continue
-            if not execution.lease_fresh():
-                # claimed longer ago than the lease allows (the worker was paused, its
-                # heartbeats failed): a heartbeat first says whether it is still ours
-                self.backlog.appendleft(execution)
-                if not self._beat_asked:
-                    self._beat_asked = True
-                    self.heartbeat.soon()
-                return
             self.active += 1
             self._work.put(execution)
+
+    def _hand_back(self) -> None:
+        """The hand-back duty: the runs claimed ahead that found no free thread within
+        CLAIM_AHEAD_HOLD go back to pending, uncounted (none of their code ran), and a
+        wake-up tells idle workers; this one claims nothing ahead until a thread of its frees."""
+        if self.stopping.is_set():
+            return  # the stop hands the whole backlog back
+        now = time.monotonic()
+        # (not a run whose start committed with the ending of a thread's run: it takes that thread)
+        due = [e for e in self.backlog if e.ahead and now - e.claimed.claimed_at >= CLAIM_AHEAD_HOLD]
+        if not due:
+            return
+        for execution in due:
+            self.backlog.remove(execution)
+            self.running.pop(execution.key, None)
+        self._ahead = False
+        try:
+            released = set(self._with_db("hand back", _release, self.me.id, [e.key for e in due]))
+        except psycopg.Error as exc:
+            self._refused("hand back", exc)  # what it holds still, the heartbeat finds as orphans
+            return
+        for execution in due:
+            if execution.claimed.id not in released:  # recovered, cancelled, timed out meanwhile
+                self.log.warning(f"{execution.id} lease lost before it started: not run here")
+        if released:
+            self.log.info(
+                f"handed back {len(released)} workflow(s) claimed ahead: no thread was free for "
+                f"{CLAIM_AHEAD_HOLD:g}s"
+            )
 
     def _release_backlog(self) -> None:
         """Stopping: workflows claimed ahead never started here; hand them back at once."""
@@ -511,13 +607,16 @@ class Worker:
         # a wake-up that raced the claim leads to another claim
         self._wakeups = 0
         self.poll.ran(time.monotonic())
+        ahead_from = self._ahead_seq
+        self._ahead_seq += limit  # never the same place twice, even for a claim sent again
         try:
             batch = self._with_db(
                 "claim",
                 functools.partial(
                     claims.claim,
                     addressable=self._listening(),
-                    room=self.options.concurrency - len(self.running),
+                    room=self.options.concurrency - len(self.running) + len(self._ending),
+                    ahead_from=ahead_from,
                 ),
                 self.me.id,
                 self.policies,
@@ -533,7 +632,8 @@ class Worker:
         if batch.retry_in is not None:
             # a rate limit held runnable work back: claim again when it lets the next start go
             self.poll.alarm(time.monotonic() + batch.retry_in)
-        for claimed in batch.claimed:
+        # the runs for the free threads first: they start now; those claimed ahead wait
+        for claimed in sorted(batch.claimed, key=lambda c: c.ahead):
             execution = Execution(
                 claimed,
                 self.types[claimed.workflow_type],
@@ -545,6 +645,8 @@ class Worker:
             )
             self.running[execution.key] = execution
             self.backlog.append(execution)
+            if claimed.ahead:
+                self.hand_back.alarm(claimed.claimed_at + CLAIM_AHEAD_HOLD + ALARM_SLACK)
             if claimed.deadline_at is not None:
                 # fail it at its deadline, whatever its step is doing (a step does not return)
                 left = (claimed.deadline_at - claimed.db_now).total_seconds()
@@ -556,8 +658,15 @@ class Worker:
         batch: list[Request] = []
         while self.requests and len(batch) < self.options.max_batch:
             batch.append(self.requests.popleft())
+        starts = self._starts_for(batch)
+        started = (self.me.id, max(e.claimed.ahead_seq or 0 for e in starts)) if starts else None
         try:
-            self._with_db("flush", flush, batch, self.targets)
+            self._with_db("flush", flush, batch, self.targets, started)
+            for execution in starts:  # recorded started: each takes a thread its batch frees
+                execution.ahead = False
+            for request in batch:
+                if request.ok and request.kind in ENDING and request.key in self.running:
+                    self._ending.add(request.key)
         except GaveUp as exc:
             for request in batch:
                 request.abort(exc)
@@ -571,6 +680,22 @@ class Worker:
             self._flush_one_by_one(batch)
         if any(not r.ok for r in batch):
             self.heartbeat.soon()  # a fenced write: other leases of ours may be gone too
+
+    def _starts_for(self, batch: list[Request]) -> list[Execution]:
+        """A thread whose run ends in ``batch`` is free once that commits: the next runs
+        claimed ahead (in the order of their ahead_seq, the backlog's) take those threads, one
+        per ending, recorded started in the same commit, without a statement of their own."""
+        if self.stopping.is_set():
+            return []
+        # (not an abandon the loop sends for an execution whose thread is free already)
+        free = sum(1 for r in batch if r.kind in ENDING and r.key in self.running)
+        starts: list[Execution] = []
+        for execution in self.backlog:
+            if len(starts) >= free:
+                break
+            if execution.ahead and not execution.lost:
+                starts.append(execution)
+        return starts
 
     def _run_calls(self) -> None:
         """Run the coordination steps waiting (each its own transaction; wfctl/worker/calls.py).
@@ -756,7 +881,9 @@ class Worker:
         while self.finished:
             execution = self.finished.popleft()
             self.running.pop(execution.key, None)
+            self._ending.discard(execution.key)
             self.active -= 1
+            self._ahead = True  # a thread is free: claiming ahead of it is worth it again
             if not execution.settled:
                 self._abandon(execution)
             elif execution.outcome == "lost":

@@ -70,9 +70,10 @@ class SweepDuty(Duty):
         seen = run.owner_heartbeat.isoformat(timespec="milliseconds") if run.owner_heartbeat else "never"
         owner = run.previous_owner or "-"
         if run.status == PENDING:
+            never = " before it started the run (not an attempt)" if run.claimed_ahead else ""
             self.log.event(
                 "recovered",
-                f"{run.id} requeued: its worker {owner} stopped heartbeating (last beat {seen})",
+                f"{run.id} requeued: its worker {owner} stopped heartbeating (last beat {seen}){never}",
                 level="warning",
                 type=run.workflow_type,
                 attempt=run.attempt,

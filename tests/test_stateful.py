@@ -1014,7 +1014,7 @@ class StatefulEngine(RuleBasedStateMachine):
                     "WITH new AS (INSERT INTO workflows (workflow_type, input_data, idempotency_key,"
                     " max_retries, deadline_at, deadline_error, concurrency_key)"
                     " VALUES (%(type)s, %(input)s, %(key)s, %(retries)s, now() + %(timeout)s::interval,"
-                    " %(error)s, %(ckey)s) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)"
+                    " %(error)s, %(ckey)s) ON CONFLICT DO NOTHING RETURNING id)"
                     " SELECT id FROM new UNION ALL SELECT id FROM workflows"
                     " WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT FROM new)",
                     {

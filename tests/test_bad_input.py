@@ -748,7 +748,7 @@ ROWS: list[Row] = [
     *limit_rows(),
     # -- input as the user gave it, and hostile input --
     Row(
-        "input-non-ascii-counts-user-bytes",  # item 13: 600 KB of UTF-8, 1.8 MB once escaped
+        "input-non-ascii-counts-user-bytes",  # 600 KB of UTF-8 is 1.8 MB once escaped
         ("submit", "three", NON_ASCII, *D),
         "",
         0,
@@ -769,7 +769,7 @@ ROWS: list[Row] = [
         check=stored_inputs("é" * 300_000),
     ),
     Row(
-        "jsonl-dev-zero",  # item 16: read a line at a time, never more than the limit
+        "jsonl-dev-zero",  # read a line at a time, never more than the limit
         ("submit", "three", "--input-file", "/dev/zero", *D),
         f"/dev/zero line 1 is more than {MAX_INPUT_BYTES} bytes, over the limit",
         2,
@@ -789,7 +789,7 @@ ROWS: list[Row] = [
         stdin="x" * (MAX_INPUT_BYTES + 10),
     ),
     Row(
-        "jsonl-line-separators-inside-strings",  # item 18: lines end at LF only
+        "jsonl-line-separators-inside-strings",  # lines end at LF only
         ("submit", "three", "--input-file", "sep.jsonl", *D),
         "",
         0,

@@ -78,7 +78,7 @@ def heartbeats_pass(dsn: str, worker_pid: int, beats: int = 2) -> None:
 
 
 @pytest.mark.slow
-def test_item1_step_name_too_long_is_refused_before_the_step_runs(workers, dsn):
+def test_step_name_too_long_is_refused_before_the_step_runs(workers, dsn):
     wid = str(wfctl.submit(dsn, "c-longname"))
     proc = workers.start(app=APP)
     wait_status(dsn, wid, "failed")
@@ -93,7 +93,7 @@ def test_item1_step_name_too_long_is_refused_before_the_step_runs(workers, dsn):
 
 
 @pytest.mark.slow
-def test_item1_system_exit_in_a_step_is_a_counted_attempt(workers, dsn):
+def test_system_exit_in_a_step_is_a_counted_attempt(workers, dsn):
     wid = str(wfctl.submit(dsn, "c-exit"))
     proc = workers.start(app=APP)
     wait_status(dsn, wid, "failed")
@@ -106,9 +106,9 @@ def test_item1_system_exit_in_a_step_is_a_counted_attempt(workers, dsn):
 
 
 @pytest.mark.slow
-def test_item1_and_5_refused_checkpoint_counts_and_never_completes_without_it(workers, dsn):
+def test_refused_checkpoint_counts_and_never_completes_without_it(workers, dsn):
     """The step's result overflows jsonb's numeric: the checkpoint is refused. Before: the run
-    completed with no step row (item 5) or was requeued forever uncounted (item 1)."""
+    completed with no step row, or was requeued forever without counting an attempt."""
     wid = str(wfctl.submit(dsn, "c-huge"))
     proc = workers.start(app=APP)
     wait_status(dsn, wid, "completed", "failed")
@@ -126,7 +126,7 @@ def test_item1_and_5_refused_checkpoint_counts_and_never_completes_without_it(wo
     assert proc.wait(timeout=30) == 0
 
 
-def test_item1_retry_policy_beyond_a_century_is_refused():
+def test_retry_policy_beyond_a_century_is_refused():
     registry = Registry()
     with pytest.raises(ValueError, match="retry_cap"):
         workflow("w", retry_cap=timedelta(days=10**6), registry=registry)
@@ -138,7 +138,7 @@ def test_item1_retry_policy_beyond_a_century_is_refused():
 
 
 @pytest.mark.slow
-def test_item2_cancel_and_retry_while_the_old_execution_still_runs(workers, dsn):
+def test_cancel_and_retry_while_the_old_execution_still_runs(workers, dsn):
     for name in ("g1", "g2", "g3"):
         gate(workers, name).touch()
     gate(workers, "g1").unlink()
@@ -183,7 +183,7 @@ def sent(conn: psycopg.Connection, *batch: Request) -> list[bool]:
     return [r.ok for r in batch]
 
 
-def test_item3_stale_step_in_the_same_batch_as_a_fresh_one_is_fenced(conn):
+def test_stale_step_in_the_same_batch_as_a_fresh_one_is_fenced(conn):
     wid = running_row(conn, epoch=2)
     now = datetime.now(UTC)
     stale = Request(wid, 1, "step", 1, step=5, name="stale", output="5", started=now)
@@ -194,7 +194,7 @@ def test_item3_stale_step_in_the_same_batch_as_a_fresh_one_is_fenced(conn):
     ).fetchall() == [(1, "fresh", 2)]
 
 
-def test_item3_stale_completion_does_not_merge_with_a_fresh_checkpoint(conn):
+def test_stale_completion_does_not_merge_with_a_fresh_checkpoint(conn):
     wid = running_row(conn, epoch=2, current_step=1)
     fresh = Request(wid, 2, "step", 1, step=2, name="two", output="2", started=datetime.now(UTC))
     stale_done = Request(wid, 1, "complete", 1, result='"stale"', expect=2)
@@ -204,7 +204,7 @@ def test_item3_stale_completion_does_not_merge_with_a_fresh_checkpoint(conn):
     ).fetchone() == ("running", None, 2)
 
 
-def test_item5_completion_needs_the_checkpoint_before_it(conn):
+def test_completion_needs_the_checkpoint_before_it(conn):
     wid = running_row(conn, epoch=1, current_step=0)
     done = Request(wid, 1, "complete", 1, result='"r"', expect=1)  # step 1 never committed
     assert sent(conn, done) == [False]
@@ -227,7 +227,7 @@ def test_item5_completion_needs_the_checkpoint_before_it(conn):
     ],
     ids=["fail", "final-fail", "park", "release", "complete"],
 )
-def test_item7_resending_a_committed_final_write_reports_it_done(conn, make):
+def test_resending_a_committed_final_write_reports_it_done(conn, make):
     wid = running_row(conn, epoch=1)
     assert sent(conn, make(wid)) == [True]
     state = conn.execute("SELECT status, attempt, run_at FROM workflows WHERE id = %s", (wid,)).fetchone()
@@ -239,7 +239,7 @@ def test_item7_resending_a_committed_final_write_reports_it_done(conn, make):
         assert after[:2] == state[:2]  # not counted twice
 
 
-def test_item7_a_write_fenced_by_a_new_epoch_stays_fenced(conn):
+def test_a_write_fenced_by_a_new_epoch_stays_fenced(conn):
     wid = running_row(conn, epoch=1)
     assert sent(conn, Request(wid, 1, "fail", 1, error="boom", final=False, delay=0.0)) == [True]
     conn.execute("UPDATE workflows SET lease_epoch = 2, status = 'running' WHERE id = %s", (wid,))
@@ -250,7 +250,7 @@ def test_item7_a_write_fenced_by_a_new_epoch_stays_fenced(conn):
 
 
 @pytest.mark.slow
-def test_item4_retry_of_a_sleeping_run_parks_it_again(workers, dsn):
+def test_retry_of_a_sleeping_run_parks_it_again(workers, dsn):
     wid = str(wfctl.submit(dsn, "c-sleeper", {"sleep": "1h"}))
     workers.run(app=APP)
     status, wake = one(dsn, "SELECT status, run_at FROM workflows WHERE id = %s", wid)
@@ -269,7 +269,7 @@ def test_item4_retry_of_a_sleeping_run_parks_it_again(workers, dsn):
 # -- 6. a refusal is not a lost connection -----------------------------------------------------------
 
 
-def test_item6_refusals_and_lost_connections_are_told_apart(dsn):
+def test_refusals_and_lost_connections_are_told_apart(dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET statement_timeout = '10ms'")
         with pytest.raises(psycopg.errors.QueryCanceled) as timeout:
@@ -287,7 +287,7 @@ def test_item6_refusals_and_lost_connections_are_told_apart(dsn):
 
 
 @pytest.mark.slow
-def test_item6_a_lock_timeout_fails_the_write_instead_of_reconnecting_forever(workers, dsn):
+def test_a_lock_timeout_fails_the_write_instead_of_reconnecting_forever(workers, dsn):
     workers.gate.touch()
     wid = str(wfctl.submit(dsn, "three", {"gate": 1}))
     proc = workers.start(env={"PGOPTIONS": "-c lock_timeout=200"})
@@ -313,7 +313,7 @@ def test_item6_a_lock_timeout_fails_the_write_instead_of_reconnecting_forever(wo
 # -- 10. the clock ----------------------------------------------------------------------------------
 
 
-def test_item10_execution_time_follows_the_database_clock_not_the_wall_clock(monkeypatch):
+def test_execution_time_follows_the_database_clock_not_the_wall_clock(monkeypatch):
     db_now = datetime(2026, 1, 1, tzinfo=UTC)
     claimed = Claimed(uuid.uuid4(), "t", None, 1, 1, 3, 0, {}, db_now, time.monotonic() - 5.0)
     registry = Registry()
@@ -333,7 +333,7 @@ def test_item10_execution_time_follows_the_database_clock_not_the_wall_clock(mon
 # -- 11. the signal handler never takes the log's lock ---------------------------------------------
 
 
-def test_item11_signal_while_the_log_lock_is_held_does_not_deadlock():
+def test_signal_while_the_log_lock_is_held_does_not_deadlock():
     registry = Registry()
     workflow("t", registry=registry)(lambda ctx, data: None)
     log = WorkerLog("plain")
@@ -354,7 +354,7 @@ def test_item11_signal_while_the_log_lock_is_held_does_not_deadlock():
 
 
 @pytest.mark.parametrize("value", [1e16, -2.5e20, 1.7976931348623157e308, {"n": [1e16, 3, 1.5]}, 1e-7, 0.1])
-def test_item12_a_float_reads_back_as_the_same_float(conn, value):
+def test_a_float_reads_back_as_the_same_float(conn, value):
     stored = conn.execute("SELECT %s::jsonb", (jsonvalue.dumps(value),)).fetchone()[0]
     assert stored == value
     assert json.dumps(stored) == json.dumps(value), "a float came back as an int"
@@ -375,7 +375,7 @@ def wait_blocked(dsn: str) -> None:
 
 
 @pytest.mark.slow
-def test_item13_nothing_claimed_ahead_starts_after_sigterm(workers, dsn):
+def test_nothing_claimed_ahead_starts_after_sigterm(workers, dsn):
     workers.gate.touch()
     first = str(wfctl.submit(dsn, "three", {"gate": 1}))
     proc = workers.start("--concurrency", "1")
@@ -398,7 +398,7 @@ def test_item13_nothing_claimed_ahead_starts_after_sigterm(workers, dsn):
 
 
 @pytest.mark.slow
-def test_item13_a_worker_whose_database_hangs_exits_within_grace_plus_a_few_seconds(workers, dsn):
+def test_a_worker_whose_database_hangs_exits_within_grace_plus_a_few_seconds(workers, dsn):
     workers.gate.touch()
     wid = str(wfctl.submit(dsn, "three", {"gate": 1}))
     proc = workers.start("--grace", "1s")

@@ -103,7 +103,7 @@ def homes(clean_env: Path) -> Iterator[list[Path]]:
         kill_postgres_under(home)
 
 
-# -- item 1: no symbolic link, no file of another user ---------------------------------------------
+# -- no symbolic link, no file of another user ---------------------------------------------
 
 
 def test_a_symlinked_home_is_refused(cli, clean_env, tmp_path, homes):
@@ -192,7 +192,7 @@ def test_a_world_writable_home_is_refused(cli, clean_env, homes):
     assert not (home / "pgdata").exists()
 
 
-# -- item 2: no shell sees a path; item 3: the private socket directory, used -----------------------
+# -- no shell sees a path; the private socket directory, used -----------------------
 
 
 def test_shell_metacharacters_in_the_path_run_nothing(run_wfctl, tmp_path, clean_env):
@@ -226,7 +226,7 @@ def test_shell_metacharacters_in_the_path_run_nothing(run_wfctl, tmp_path, clean
         kill_postgres_under(project)
 
 
-# -- item 3: a socket directory someone else made is refused -------------------------------------
+# -- a socket directory someone else made is refused -------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["foreign-0777", "symlink", "ours-0755", "file"])
@@ -273,7 +273,7 @@ def test_a_socket_directory_made_by_someone_else_is_refused(cli, clean_env, tmp_
             shutil.rmtree(socket_dir)
 
 
-# -- item 4: a stale postmaster.pid --------------------------------------------------------------
+# -- a stale postmaster.pid --------------------------------------------------------------
 
 
 def test_stop_never_signals_a_process_named_by_a_stale_pid_file(run_wfctl, clean_env):
@@ -320,7 +320,7 @@ def test_a_pid_file_naming_a_dead_process_is_not_running(cli, clean_env):
     assert stop.exit_code == 0 and "not running" in stop.stderr, stop.output
 
 
-# -- item 6: a space in the path, a deleted data directory, a full disk --------------------------
+# -- a space in the path, a deleted data directory, a full disk --------------------------
 
 
 def test_a_project_path_with_a_space_and_a_quote_works(run_wfctl, short_dir, clean_env):

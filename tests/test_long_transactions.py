@@ -12,19 +12,12 @@ from typing import Any
 import psycopg
 import pytest
 from helpers import rows, wait_for
+from test_wakeups_during_statements import LONG, PROMPT, status
 
 import wfctl
 from wfctl.worker import claims
 
 pytestmark = pytest.mark.slow
-
-#: Far longer than any of these tests waits: a run that starts only when a timer fires fails them.
-LONG = "60s"
-PROMPT = 10.0  # seconds: what "at once" is allowed on a loaded machine
-
-
-def status(dsn: str, wid: uuid.UUID) -> str:
-    return rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid)[0][0]
 
 
 def claimed_since(dsn: str, app: psycopg.Connection[Any]) -> None:

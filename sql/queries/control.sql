@@ -119,24 +119,18 @@ SELECT pg_notify(wfctl_channel(), 'head');
 
 -- name: prune_count
 -- What prune_batch would delete (`wfctl prune --dry-run`): the same condition.
-SELECT count(*) AS workflows,
-       (SELECT count(*) FROM workflow_steps s
-         JOIN workflows w ON w.id = s.workflow_id
-        WHERE w.status = ANY(%(statuses)s::text[])
-          AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
-          AND NOT EXISTS (SELECT 1 FROM workflows p
-                          WHERE p.id = w.parent_id
-                            AND NOT (p.status = ANY(%(statuses)s::text[])
-                                     AND coalesce(p.finished_at, p.updated_at)
-                                         < now() - make_interval(secs => %(older_than)s::float8)))) AS steps
-FROM workflows w
-WHERE w.status = ANY(%(statuses)s::text[])
-  AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
-  AND NOT EXISTS (SELECT 1 FROM workflows p
-                  WHERE p.id = w.parent_id
-                    AND NOT (p.status = ANY(%(statuses)s::text[])
-                             AND coalesce(p.finished_at, p.updated_at)
-                                 < now() - make_interval(secs => %(older_than)s::float8)));
+WITH doomed AS MATERIALIZED (
+    SELECT w.id FROM workflows w
+    WHERE w.status = ANY(%(statuses)s::text[])
+      AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+      AND NOT EXISTS (SELECT 1 FROM workflows p
+                      WHERE p.id = w.parent_id
+                        AND NOT (p.status = ANY(%(statuses)s::text[])
+                                 AND coalesce(p.finished_at, p.updated_at)
+                                     < now() - make_interval(secs => %(older_than)s::float8)))
+)
+SELECT (SELECT count(*) FROM doomed) AS workflows,
+       (SELECT count(*) FROM workflow_steps s JOIN doomed d ON d.id = s.workflow_id) AS steps;
 
 -- name: prune_batch
 -- One batch: a bounded DELETE, committed on its own so no lock is held long on a busy table.

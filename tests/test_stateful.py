@@ -7,11 +7,16 @@ A Hypothesis ``RuleBasedStateMachine`` (``StatefulEngine``) drives worker proces
 and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X [--dry-run]
 --json`` as subprocesses). The rules, in random order:
 
-- ``begin`` (once, first): 1-2 workers (concurrency 1-3) and 2-4 workflows;
-- ``submit`` / ``submit_more``: an ``sf-flow`` workflow from Python, the CLI, ``wfctl_submit()``
-  or a plain INSERT; with or without an idempotency key (three keys, so they repeat);
-  ``max_retries`` unset or 0-2; now and then a deadline (``timeout`` 1s or 2s on submit, so it
-  passes while the run runs, is parked or waits to be claimed). Its 1-4 steps each succeed,
+- ``begin`` (once, first): 1-2 workers (concurrency 1-3) and 2-4 workflows; in half of the
+  examples every worker of the example polls only every 120s (longer than the drain), so a
+  run that waits for the poll instead of a NOTIFY or a timer is never drained (invariant 1
+  then says that every wake-up and submit is claimed within a bound independent of --poll);
+- ``submit`` / ``submit_more``: an ``sf-flow`` workflow from Python, the CLI, ``wfctl_submit()``,
+  a plain INSERT, or ``wfctl.submit`` inside an application transaction that began 0.3s
+  earlier (its ``now()`` older than the claims meanwhile); with or without an idempotency key
+  (three keys, so they repeat); ``max_retries`` unset or 0-2; now and then a deadline
+  (``timeout`` 1s or 2s on submit, so it passes while the run runs, is parked or waits to be
+  claimed). Its 1-4 steps each succeed,
   raise, ``sys.exit``, raise another ``BaseException``, sleep durably (200ms, 500ms, 2s), hang on
   a gate file of their own, have a name the database would refuse, or coordinate: ``ctx.recv``
   on topic t0 or t1 (without a timeout, or 300ms, 1s), ``ctx.set_event("progress", n)``, or
@@ -21,9 +26,10 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
 - ``submit_coordination``: a run with at least one of those coordination steps;
 - every submit is of ``sf-flow`` (no limit in code) or, one time in three, ``sf-capped`` (the
   same workflow under a concurrency limit of 2 declared in code), with a concurrency key (c0, c1,
-  c2) now and then; ``submit_crowd``: 2-6 short runs of one of them at once (ok, raise once,
-  sleep 200ms, a gate), keys and priorities (-5, 0, 5) now and then: work that competes for
-  the limits, claimed by priority across limited and unlimited types;
+  c2) now and then; ``submit_crowd``: 2-6 short runs of one of them in one transaction (ok,
+  raise once, sleep 200ms, a gate), keys and priorities (-5, 0, 5) now and then: work that
+  competes for the limits, claimed by priority across limited and unlimited types (invariant
+  15);
 - ``set_limit``: ``wfctl limit TYPE --concurrency N (0 pauses, 1-3) --per-key K (1-2) --rate R
   (2/s, 5/s, 20/s) --json``, any of them (none: the command shows the type's limits), or the
   library's ``limits.set_limits``; ``clear_limit``: ``wfctl limit TYPE --clear`` or
@@ -39,7 +45,8 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   the start of a second, while the workers' duties fire the same ticks;
 - ``send``: a message ``{"n": k}`` (k unique) to a receiver (one time in ten an unknown id) via
   ``wfctl.send``, ``wfctl_send()``, ``wfctl.send`` in a transaction that commits 30ms later or
-  rolls back, or ``wfctl send --json``; with or without a key (two, so they repeat);
+  rolls back, or that began 0.3s before it, or ``wfctl send --json``; with or without a key
+  (two, so they repeat);
 - ``send_to_waiting``: the same, on the topic a run is parked on now (else to a running
   receiver): the wake-up path, racing the run's own look for a message and its park;
 - ``await_result``: ``wfctl.result`` or ``wfctl wait --timeout`` (0s or 300ms) of any run:
@@ -58,6 +65,10 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   tables looked at before and after, then rolled back (the model keeps every run to check);
 - ``kill_worker`` (SIGKILL), ``pause_worker`` (SIGSTOP), ``resume_worker`` (SIGCONT),
   ``start_worker`` (up to 3 live);
+- ``deploy_patch`` (once): every worker stopped (SIGTERM; a frozen one killed) and 1-2 new ones
+  started on code that put ``if ctx.patched("sf-patch"): <a step>`` in front of each run's first
+  ``recv`` or ``sleep`` item: runs parked in that wait, or past it, keep to the old path
+  (invariant 16), the others take the patch (``patched_spec``);
 - ``pause_in_statement``: a worker stopped in the middle of its claim, its heartbeat or its
   flush: the test holds the worker's ``workers`` row or a run it holds, stops the worker once
   one of its statements waits on that lock, lets the statement commit, keeps the worker stopped
@@ -169,6 +180,16 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
 14. (``prune_rolled_back``) a prune removes nothing a run that stays may need: no run that was
    unfinished, no child whose parent stays, no message or checkpoint of a run that stays, no
    live worker's row.
+15. (``check_claimed_by_priority``, after the drain) a claim never passes over a higher-priority
+   runnable run that no limit holds back: of a crowd submitted in one transaction, of a type
+   no limit held (none in code, none set since), no run was first claimed by a transaction that
+   ended before the one that first claimed a run of higher priority began (that one held it
+   locked, the only reason to skip it). Not judged in an example that lost a connection (a
+   rolled-back claim held its runs).
+16. (``check_parks``) a parked wait is history: every step row written at the step where a run
+   stands parked (by another transaction, not cleared since) is that wait's own step (its
+   kind and topic), whatever code the worker runs; and a run took the deploy's patch only in
+   front of its first wait item (``patched_spec``).
 
 After the run (teardown: every gate released, every worker continued, at least two live
 workers, ``wfctl recover --stale 1s`` every second, as cron would, and a message to every run
@@ -273,6 +294,7 @@ from hypothesis.stateful import (
 
 import wfctl
 from wfctl import control, cron, limits, recovery, schedules
+from wfctl.context import PATCH_PREFIX, SLEEP_STEP, WAIT_STEP
 from wfctl.durations import parse_duration
 
 TYPE = "sf-flow"
@@ -283,6 +305,10 @@ POLICY = 2  # the types' max_retries (tests/apps/statefulflows.py POLICY_MAX_RET
 TERMINAL = ("completed", "failed", "cancelled")
 HEARTBEAT = "200ms"
 POLL = "100ms"
+SLOW_POLL = "120s"  # longer than the drain: a run that waits for the poll is never drained
+PATCH_ENV = "WFCTL_SF_PATCHED"  # tests/apps/statefulflows.py: the deploy's code
+PATCH_MARKER = PATCH_PREFIX + "sf-patch"  # its ctx.patched() marker's step name
+PATCH_BEFORE = ("recv", "sleep")  # the patch goes in front of the first of these items
 MAX_WORKERS = 3
 DRAIN_TIMEOUT = 45.0
 # what a refused statement may say when the server went away under it (a restart)
@@ -379,6 +405,29 @@ END;
 $$;
 CREATE TRIGGER sf_audit_steps_row AFTER INSERT OR UPDATE OR DELETE ON workflow_steps
     FOR EACH ROW EXECUTE FUNCTION sf_audit_steps_fn();
+-- Every change of a run's parked wait (a park at a step, or its clearing), numbered from the
+-- step audit's sequence: a run's parks and its step writes are ordered by its row lock, which
+-- both hold, so their seqs compare in that order.
+CREATE TABLE sf_audit_parks (
+    seq bigint PRIMARY KEY DEFAULT nextval('sf_audit_steps_seq_seq'),
+    txid bigint NOT NULL DEFAULT txid_current(),
+    workflow_id uuid NOT NULL,
+    wait_step int,
+    wait_kind text,
+    wait_topic text,
+    epoch bigint
+);
+CREATE FUNCTION sf_audit_parks_fn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO sf_audit_parks (workflow_id, wait_step, wait_kind, wait_topic, epoch)
+    VALUES (NEW.id, NEW.wait_step, NEW.wait_kind, NEW.wait_topic, NEW.lease_epoch);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER sf_audit_parks_update AFTER UPDATE ON workflows
+    FOR EACH ROW
+    WHEN (OLD.wait_step IS DISTINCT FROM NEW.wait_step OR OLD.wait_kind IS DISTINCT FROM NEW.wait_kind)
+    EXECUTE FUNCTION sf_audit_parks_fn();
 """
 
 # Flow control. sf_claims: every claim, per type and concurrency key, with the runs of
@@ -498,7 +547,8 @@ CREATE TRIGGER sf_schedule_changes AFTER INSERT OR UPDATE OR DELETE ON workflow_
 
 RESET_SQL = (
     "TRUNCATE workflows, workflow_steps, workflow_attempts, workers, workflow_messages, workflow_events,"
-    " workflow_limits, workflow_schedules, sf_audit_wf, sf_audit_steps, sf_claims, sf_limit_changes,"
+    " workflow_limits, workflow_schedules, sf_audit_wf, sf_audit_steps, sf_audit_parks, sf_claims,"
+    " sf_limit_changes,"
     " sf_schedule_changes RESTART IDENTITY"
 )
 
@@ -717,9 +767,28 @@ def engine_steps(spec: list[list[Any]]) -> list[tuple[str, int]]:
             out += [("start_child", index)] * starts + [("wait", index)]
         elif kind in ("sleep", "recv", "event"):
             out.append((kind, index))
+        elif kind == "patch":  # the deploy's patch: its marker, then its effect
+            out += [("marker", index), ("effect", index)]
         else:
             out.append(("effect", index))
     return out
+
+
+def patched_spec(spec: list[list[Any]], rows: dict[int, tuple]) -> list[list[Any]]:
+    """The items a run went through: ``spec``, with the deploy's patch in front of its first
+    wait item where it took the patch (its marker stands, at that item's step: anywhere else
+    is a violation)."""
+    markers = sorted(n for n, row in rows.items() if row[0] == PATCH_MARKER)
+    if not markers:
+        return spec
+    at = next((i for i, (kind, _arg) in enumerate(spec) if kind in PATCH_BEFORE), None)
+    plan = engine_steps(spec)
+    step = next((n for n, (_what, index) in enumerate(plan, 1) if index == at), None)
+    assert at is not None and markers == [step], (
+        f"patch marker(s) at step(s) {markers}; the patch belongs in front of step {step} (item {at}) "
+        f"of {spec}"
+    )
+    return [*spec[:at], ["patch", 0], *spec[at:]]
 
 
 TOPICS = ("t0", "t1")
@@ -774,10 +843,13 @@ SHORT_SPEC = st.lists(
 )
 KEY = st.none() | st.sampled_from(["k0", "k1", "k2"])
 MAX_RETRIES = st.none() | st.integers(0, 2)
-VIA = st.sampled_from(["api", "api", "cli", "sql"])
+VIA = st.sampled_from(["api", "api", "cli", "sql", "long"])
+# "long": a submit or a send inside an application transaction that began this long before it
+# (its now(), the run_at it writes, is older than the workers' claims meanwhile)
+LONG_TRANSACTION = 0.3
 TIMEOUT = st.sampled_from([None, None, None, "1s", "2s"])  # a deadline on submit
 MESSAGE_KEY = st.sampled_from([None, None, "m0", "m0", "m1"])
-SEND_VIA = st.sampled_from(["api", "api", "sql", "tx", "rollback", "cli"])
+SEND_VIA = st.sampled_from(["api", "api", "sql", "tx", "rollback", "cli", "long"])
 WTYPE = st.sampled_from([TYPE, TYPE, CAPPED])
 CKEY = st.sampled_from([None, None, "c0", "c1", "c2"])  # a concurrency key (for per-key limits)
 CROWD_KEY = st.sampled_from([None, "c0", "c0", "c1"])
@@ -842,6 +914,12 @@ class StatefulEngine(RuleBasedStateMachine):
         self.operator_limits: dict[str, dict[str, Any]] = {t: {} for t in CODE_LIMITS}
         self.schedules: dict[str, dict[str, Any]] = {}  # name -> every, paused, backfill, type
         self.log_offsets: dict[int, int] = {}  # worker index -> bytes of its log looked at
+        self.deployed = False  # deploy_patch ran: workers start on the patched code
+        self.together: psycopg.Connection | None = None  # submit_crowd's one transaction
+        # submit_crowd's runs of a type no limit held (none in code, none set since): for
+        # invariant 15, (type, [(id, priority), ...])
+        self.crowds: list[tuple[str, list[tuple[str, int]]]] = []
+        self.poll = POLL  # begin may draw the slow poll: then no run may wait for it
         self._reset_database()
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -876,6 +954,8 @@ class StatefulEngine(RuleBasedStateMachine):
 
     def worker_env(self) -> dict[str, str]:
         extra = {"WFCTL_SF_LOG": str(self.effects_path), "WFCTL_SF_GATES": str(self.gates)}
+        if self.deployed:
+            extra[PATCH_ENV] = "1"
         return clean_env(self.dsn, extra)
 
     def cli(self, *args: str, timeout: float = 60) -> Result:
@@ -889,6 +969,12 @@ class StatefulEngine(RuleBasedStateMachine):
         )
         self.env.figures["cli_calls"] += 1
         return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    @property
+    def hand_backs_explained(self) -> int:
+        """How often a run may go back to pending uncounted: once per connection loss (a
+        claim's lost reply), once more after the deploy (its SIGTERM hands the runs back)."""
+        return self.connection_losses + int(self.deployed)
 
     @property
     def skipping(self) -> bool:
@@ -915,7 +1001,7 @@ class StatefulEngine(RuleBasedStateMachine):
                     "--heartbeat",
                     HEARTBEAT,
                     "--poll",
-                    POLL,
+                    self.poll,
                     "--grace",
                     "1s",
                     "--log-format",
@@ -980,19 +1066,26 @@ class StatefulEngine(RuleBasedStateMachine):
             if key is not None:
                 self.keys[key] = wid
             return [wid]
-        if via == "api":
-            wid = str(
-                wfctl.submit(
-                    self.dsn,
-                    wtype,
-                    data,
-                    key=key,
-                    max_retries=max_retries,
-                    timeout=timeout,
-                    concurrency_key=ckey,
-                    priority=priority,
+        if via in ("api", "long"):
+            with contextlib.ExitStack() as stack:
+                conn = self.together or stack.enter_context(psycopg.connect(self.dsn, connect_timeout=10))
+                if via == "long":
+                    conn.execute("SELECT now()")  # the transaction and its now() begin here
+                    time.sleep(LONG_TRANSACTION)  # the application's own work meanwhile
+                wid = str(
+                    wfctl.submit(
+                        conn,
+                        wtype,
+                        data,
+                        key=key,
+                        max_retries=max_retries,
+                        timeout=timeout,
+                        concurrency_key=ckey,
+                        priority=priority,
+                    )
                 )
-            )
+                if self.together is None:
+                    conn.commit()
         elif via == "cli":
             args = ["submit", wtype, json.dumps(data), "--force"]
             if key is not None:
@@ -1064,7 +1157,11 @@ class StatefulEngine(RuleBasedStateMachine):
         if not self.expect(wid not in self.model, f"submit returned the id {wid} of another workflow"):
             return []
         self.model[wid] = Wf(steps, max_retries, via, timeout, wtype, ckey)
-        stored = query(self.dsn, "SELECT workflow_type, concurrency_key FROM workflows WHERE id = %s", (wid,))
+        stored = query(
+            self.together or self.dsn,
+            "SELECT workflow_type, concurrency_key FROM workflows WHERE id = %s",
+            (wid,),
+        )
         self.expect(
             stored == [(wtype, ckey)], f"submit of {wtype} concurrency_key={ckey} via {via} stored {stored}"
         )
@@ -1082,8 +1179,12 @@ class StatefulEngine(RuleBasedStateMachine):
         target=workflows,
         specs=st.lists(st.tuples(SPEC, KEY, MAX_RETRIES, VIA, TIMEOUT, WTYPE, CKEY), min_size=2, max_size=4),
         concurrencies=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2),
+        slow_poll=st.booleans(),
     )
-    def begin(self, specs, concurrencies):
+    def begin(self, specs, concurrencies, slow_poll):
+        if slow_poll:  # every wake-up must come by NOTIFY (or a timer): none by the poll
+            self.poll = SLOW_POLL
+            self.log(f"workers poll every {SLOW_POLL}")
         for concurrency in concurrencies:
             self._start_worker(concurrency)
         self.log(f"started {len(concurrencies)} worker(s), concurrency {concurrencies}")
@@ -1114,15 +1215,29 @@ class StatefulEngine(RuleBasedStateMachine):
         wtype=LIMIT_TYPE,
     )
     def submit_crowd(self, runs, wtype):
-        """Several short runs of one type at once, with concurrency keys and priorities now and
-        then: work that competes for the type's limits, claimed by priority across types."""
-        return multiple(
-            *[
-                w
-                for spec, ckey, priority in runs
-                for w in self._submit(spec, None, None, "api", None, wtype, ckey, priority)
-            ]
-        )
+        """Several short runs of one type at once (one transaction), with concurrency keys and
+        priorities now and then: work that competes for the type's limits, claimed by priority
+        across types."""
+        with contextlib.ExitStack() as stack:
+            if not self.skipping:
+                self.together = stack.enter_context(psycopg.connect(self.dsn, connect_timeout=10))
+            try:
+                ids = [
+                    (w, priority)
+                    for spec, ckey, priority in runs
+                    for w in self._submit(spec, None, None, "api", None, wtype, ckey, priority)
+                ]
+                if self.together is not None:
+                    self.together.commit()
+            finally:
+                self.together = None
+        if not self._limited(wtype) and len({p for _w, p in ids}) > 1:
+            self.crowds.append((wtype, ids))
+        return multiple(*[w for w, _p in ids])
+
+    def _limited(self, wtype: str) -> bool:
+        """Whether a limit may hold ``wtype`` back: one in its code, or one an operator set."""
+        return bool(CODE_LIMITS[wtype]) or any(v is not None for v in self.operator_limits[wtype].values())
 
     @rule(target=workflows, steps=COORD_SPEC, via=VIA, timeout=TIMEOUT, wtype=WTYPE, ckey=CKEY)
     def submit_coordination(self, steps, via, timeout, wtype, ckey):
@@ -1177,6 +1292,12 @@ class StatefulEngine(RuleBasedStateMachine):
                     "SELECT wfctl_send(%s, %s, %s::jsonb, %s)",
                     (wid, topic, json.dumps(payload), key),
                 )[0][0]
+            elif via == "long":
+                with psycopg.connect(self.dsn, connect_timeout=10) as conn:
+                    conn.execute("SELECT now()")  # the transaction and its now() begin here
+                    time.sleep(LONG_TRANSACTION)  # the application's own work meanwhile
+                    mid = wfctl.send(conn, wid, topic, payload, key=key)
+                    conn.commit()
             elif via in ("tx", "rollback"):
                 with psycopg.connect(self.dsn, connect_timeout=10) as conn:
                     mid = wfctl.send(conn, wid, topic, payload, key=key)
@@ -1603,6 +1724,44 @@ class StatefulEngine(RuleBasedStateMachine):
         self._cont(worker)
         self.log(f"SIGCONT worker{worker.index}")
 
+    @precondition(lambda self: not self.deployed)
+    @rule(concurrencies=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2))
+    def deploy_patch(self, concurrencies):
+        """Deploy new code: every worker stopped (SIGTERM, as systemd does, its grace and then
+        exit; a frozen one killed), and new ones started on code that put ``ctx.patched`` in
+        front of each run's first wait. Runs parked in that wait, or past it, keep to the old
+        path; runs that had not reached it take the patch. The gates of the running runs open
+        first, so that their steps end within the grace: a step the stop abandoned would run
+        again in an attempt that does not count (invariant 2 allows that to a crash only)."""
+        self.deployed = True
+        old = self.started()
+        for worker in old:
+            worker.killed = True
+        if not self.skipping:
+            for (wid,) in query(self.dsn, "SELECT id::text FROM workflows WHERE status = 'running'"):
+                if wid in self.model and any(k == "gate" for k, _ in self.model[wid].steps):
+                    (self.gates / wid).touch()
+            for worker in old:
+                if worker.proc is None:
+                    continue
+                self._signal(worker, signal.SIGKILL if worker.paused else signal.SIGTERM)
+                try:
+                    worker.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.expect(False, f"worker{worker.index} did not exit within 30s of SIGTERM")
+                    self._signal(worker, signal.SIGKILL)
+                    worker.proc.wait(timeout=30)
+                for stop in self.stops:  # a frozen worker killed: it runs nothing more
+                    if stop[0] == worker.proc.pid and stop[2] is None:
+                        stop[2] = time.time()
+            self.env.figures["deploys"] += 1
+            self.env.figures["parked_at_a_deploy"] += query(
+                self.dsn, "SELECT count(*) FROM workflows WHERE status = 'pending' AND wait_kind IS NOT NULL"
+            )[0][0]
+        for concurrency in concurrencies:
+            self._start_worker(concurrency)
+        self.log(f"deployed the patch: stopped {len(old)} worker(s), started {len(concurrencies)}")
+
     @precondition(lambda self: len(self.started()) < MAX_WORKERS)
     @rule(concurrency=st.sampled_from([1, 2, 3]))
     def start_worker(self, concurrency):
@@ -1712,6 +1871,7 @@ class StatefulEngine(RuleBasedStateMachine):
         changed = any(v is not None for v in self.operator_limits[wtype].values()) if cleared else bool(args)
         self.expect(stored == int(changed), f"{what}: {stored} change(s) stored, expected {int(changed)}")
         self.operator_limits[wtype] = after
+        self.crowds = [c for c in self.crowds if c[0] != wtype]  # a limit may hold those back now
         # a worker may declare the code's limits (at its start) while the command runs
         models = [self._limits_in_force(wtype, d) for d in {declared_before, self._declared(wtype)}]
         self.log(f"{what}: in force {shown}")
@@ -2024,7 +2184,7 @@ class StatefulEngine(RuleBasedStateMachine):
             audit_wf = query(conn, AUDIT_WF_SQL)
             self.deferred(check_transitions, audit_wf)
             self.deferred(check_step_writes, conn)
-            self.deferred(check_releases, conn, self.connection_losses)
+            self.deferred(check_releases, conn, self.hand_backs_explained)
             effects = read_effects(self.effects_path)
             self.deferred(check_executions, effects, audit_wf)
             self.deferred(check_steps_within_lease, effects, query(conn, LEASE_ENDS_SQL), self.stops)
@@ -2195,7 +2355,9 @@ class StatefulEngine(RuleBasedStateMachine):
         with contextlib.suppress(AssertionError):  # a violation is reported by the list above
             check_limits(self.dsn, figures)
             check_schedules(self.dsn, figures)
-        self.deferred(check_releases, self.dsn, self.connection_losses, where=where)
+        self.deferred(check_releases, self.dsn, self.hand_backs_explained, where=where)
+        if not self.connection_losses:  # a claim that was rolled back held its runs meanwhile
+            self.deferred(check_claimed_by_priority, self.dsn, self.crowds, figures, where=where)
         self.deferred(self._check_worker_logs, where=where)
         result = self.cli("recover", "--dry-run", "--stale", "1s", "--json")
         self.expect(
@@ -2219,12 +2381,44 @@ class StatefulEngine(RuleBasedStateMachine):
             " UNION ALL SELECT 'children_caught', count(*) FROM workflows p,"
             "  jsonb_array_elements(p.output_data -> 'outputs') o WHERE p.status = 'completed'"
             "  AND jsonb_typeof(o) = 'object' AND o ? 'caught'"
-            " UNION ALL SELECT 'events_set', count(*) FROM workflow_events",
+            " UNION ALL SELECT 'events_set', count(*) FROM workflow_events"
+            " UNION ALL SELECT 'patches_taken', count(*) FROM workflow_steps WHERE step_name = %(marker)s",
+            {"marker": PATCH_MARKER},
         ):
             figures[name] += count
+        figures["slow_poll_examples"] += int(self.poll == SLOW_POLL)
 
 
 # -- the checks (also used by tests/test_stateful_regressions.py) ---------------------------------
+
+
+def check_claimed_by_priority(
+    dsn: str, crowds: list[tuple[str, list[tuple[str, int]]]], figures: collections.Counter
+) -> None:
+    """Invariant 15: a claim never passes over a higher-priority runnable run that no limit
+    holds back. Each crowd was submitted in one transaction (all its runs runnable at once) of
+    a type no limit held while it was claimed: no run of it was first claimed by a transaction
+    that ended before the transaction that first claimed a run of higher priority began
+    (a claim skips a run another transaction has locked, and only then)."""
+    first: dict[str, tuple[int, datetime, datetime]] = {}
+    for wid, txid, at, tx_now in query(
+        dsn,
+        "SELECT DISTINCT ON (workflow_id) workflow_id::text, txid, at, tx_now FROM sf_audit_wf"
+        " WHERE new_status = 'running' ORDER BY workflow_id, seq",
+    ):
+        first[wid] = (txid, at, tx_now)
+    for _wtype, runs in crowds:
+        for low, low_priority in runs:
+            for high, high_priority in runs:
+                if high_priority <= low_priority or low not in first or high not in first:
+                    continue
+                (low_tx, low_at, _n), (high_tx, _a, high_began) = first[low], first[high]
+                figures["priority_pairs_checked"] += 1
+                assert high_tx == low_tx or high_began <= low_at, (
+                    f"invariant 15: {low} (priority {low_priority}) was claimed at {low_at}, before the "
+                    f"transaction that claimed {high} (priority {high_priority}, submitted with it) began "
+                    f"at {high_began}"
+                )
 
 
 def max_retries_of(value: int | None) -> int:
@@ -2254,12 +2448,13 @@ def check_transitions(audit_wf: list[tuple]) -> None:
         last_epoch[wid] = new_epoch
 
 
-def check_releases(dsn: str | psycopg.Connection, connection_losses: int) -> None:
+def check_releases(dsn: str | psycopg.Connection, explained: int) -> None:
     """Invariant 2, the uncounted part: a running workflow goes back to pending without an
     attempt counted and runnable at once (a hand-back: ``run_at = now()``, unlike a park)
-    only when its claim's reply may have been lost, so once per connection loss at most (this
-    test sends no SIGTERM, the other cause), or when its worker had claimed it ahead and not
-    started it (handed back after CLAIM_AHEAD_HOLD, or by recovery when that worker died). A
+    only when its claim's reply may have been lost, so once per connection loss at most, or
+    when its worker was stopped by SIGTERM (the deploy: once more), or when its worker had
+    claimed it ahead and not started it (handed back after CLAIM_AHEAD_HOLD, or by recovery
+    when that worker died). A
     run that ends without a final write, or a replayed sleep that does not park, is handed
     back like that over and over."""
     rows = query(
@@ -2267,11 +2462,11 @@ def check_releases(dsn: str | psycopg.Connection, connection_losses: int) -> Non
         "SELECT workflow_id::text, count(*), max(new_epoch) FROM sf_audit_wf WHERE op = 'UPDATE'"
         " AND old_status = 'running' AND new_status = 'pending' AND new_attempt = old_attempt"
         " AND run_at = tx_now AND NOT coalesce(never_started, false) GROUP BY 1 HAVING count(*) > %s",
-        (connection_losses,),
+        (explained,),
     )
     assert not rows, (
-        f"invariant 2: runs handed back without a counted attempt more often than the {connection_losses} "
-        f"connection loss(es) of this run explain ((id, hand-backs, last epoch)): {rows}"
+        f"invariant 2: runs handed back without a counted attempt more often than the {explained} "
+        f"connection loss(es) and deploy of this run explain ((id, hand-backs, last epoch)): {rows}"
     )
 
 
@@ -2626,16 +2821,60 @@ def check_wakeups(conn: psycopg.Connection) -> None:
             )
 
 
+def parked_step_name(kind: str, topic: str | None) -> str:
+    """The step a parked wait of ``kind`` becomes (wfctl/context.py's names)."""
+    return {"message": f"recv:{topic}", "children": WAIT_STEP, "sleep": SLEEP_STEP}[kind]
+
+
+def check_parks(conn: psycopg.Connection) -> None:
+    """A parked wait is part of the run's history: every step row written at the step a run
+    stands parked at (parked by another transaction than the writing one, and not cleared
+    since) is that wait's own step (its kind, its topic). A replay on changed code meets the
+    same wait there: no patch marker, no other step takes its place."""
+    past: dict[str, list[tuple]] = collections.defaultdict(list)
+    for seq, txid, wid, number, kind, topic in conn.execute(
+        "SELECT seq, txid, workflow_id::text, wait_step, wait_kind, wait_topic FROM sf_audit_parks"
+    ).fetchall():
+        name = parked_step_name(kind, topic) if number is not None and kind is not None else None
+        past[wid].append((seq, txid, "park", number, name))
+    for seq, txid, wid, number, name in conn.execute(
+        "SELECT seq, txid, workflow_id::text, step_number, step_name FROM sf_audit_steps WHERE op <> 'DELETE'"
+    ).fetchall():
+        past[wid].append((seq, txid, "step", number, name))
+    for wid, events in past.items():
+        events.sort()
+        for i, (seq, txid, what, number, name) in enumerate(events):
+            if what != "step":
+                continue
+            standing = next((e for e in reversed(events[:i]) if e[2] == "park" and e[1] != txid), None)
+            if standing is None or standing[4] is None or standing[3] != number:
+                continue  # (a wait_step left without its wait_kind is no park)
+            assert name == standing[4], (
+                f"{wid} stood parked in {standing[4]!r} at step {number} (audit seq {standing[0]}), and "
+                f"step {name!r} was written there (audit seq {seq}): a parked wait is history"
+            )
+
+
+COORDINATION_CHECKS = (
+    check_messages,
+    check_children,
+    check_cancelled_trees,
+    check_events,
+    check_wakeups,
+    check_parks,
+)
+
+
 def check_coordination(dsn: str) -> None:
     with snapshot(dsn) as conn:
-        for check in (check_messages, check_children, check_cancelled_trees, check_events, check_wakeups):
+        for check in COORDINATION_CHECKS:
             check(conn)
 
 
 def check_in_one_snapshot(conn: psycopg.Connection) -> None:
     """Invariants 6, 8 and 9 after a rule, in the snapshot of ``conn``. (The changes of the
     limits a rule made are marked visible by the rule.)"""
-    for check in (check_messages, check_children, check_cancelled_trees, check_events, check_wakeups):
+    for check in COORDINATION_CHECKS:
         check(conn)
     check_limits(conn)
     check_schedules(conn)
@@ -3026,6 +3265,10 @@ def final_check_list(
     retried = {wid for wid, gens in generations(audit_wf).items() if gens}
     first_retry = {wid: gens[0] for wid, gens in generations(audit_wf).items() if gens}
 
+    def spec_of(wid: str) -> list[list[Any]]:
+        """The items the run went through (the deploy's patch, where it took it)."""
+        return patched_spec(model[wid].steps, rows_of[wid])
+
     def deadline_of(wid: str) -> datetime | None:
         """The deadline the run had from its submit (a retry removes it)."""
         return history[wid][0][5] if history[wid] and history[wid][0][1] == "INSERT" else None
@@ -3069,7 +3312,7 @@ def final_check_list(
                 f"invariant 3: step row {wid} #{number} carries epoch {epoch}, which the workflow never "
                 f"had ({sorted(epochs_had[wid])})"
             )
-            plan = engine_steps(model[wid].steps)
+            plan = engine_steps(spec_of(wid))
             what = plan[number - 1][0] if number <= len(plan) else "?"
             if status == "completed" and what == "effect":
                 producers = [(e.epoch, e.attempt) for e in ran[(wid, number)] if e.nonce == output]
@@ -3080,17 +3323,19 @@ def final_check_list(
 
     def expected_outputs(wid: str) -> list[Any]:
         """What a completed run returns, by its step rows (and its children's rows)."""
-        spec, rows = model[wid].steps, rows_of[wid]
+        spec, rows = spec_of(wid), rows_of[wid]
         out: list[Any] = []
         number = 0
-        for kind, arg in spec:
+        for index, (kind, arg) in enumerate(spec):
             number += 1
-            if kind == "sleep":
+            if kind == "patch":  # its marker, then its effect; the run returns neither
+                number += 1
+            elif kind == "sleep":
                 out.append(None)
             elif kind == "recv":
                 out.append(rows[number][2].get("payload"))
             elif kind == "event":
-                out.append(sum(1 for k, _ in spec[: len(out) + 1] if k == "event"))
+                out.append(sum(1 for k, _ in spec[: index + 1] if k == "event"))
             elif kind == "children":
                 specs, catch, together = arg
                 if together:
@@ -3131,7 +3376,7 @@ def final_check_list(
         for wid, (status, _attempt, _mr, _epoch, current, output, *_rest) in workflows.items():
             if status != "completed":
                 continue
-            spec, rows = model[wid].steps, rows_of[wid]
+            spec, rows = spec_of(wid), rows_of[wid]
             plan = engine_steps(spec)
             assert sorted(rows) == list(range(1, len(plan) + 1)) and current == len(plan), (
                 f"invariant 3: {wid} completed with steps {sorted(rows)} (current_step {current}) "
@@ -3222,7 +3467,13 @@ def final_check_list(
                 "frozen)"
             )
 
+    def patches_only_where_they_belong() -> None:
+        # the deploy's patch is taken in front of a run's first wait item, or not at all
+        for wid in model:
+            spec_of(wid)
+
     return [
+        patches_only_where_they_belong,
         lambda: check_transitions(audit_wf),
         lambda: check_step_writes(dsn),
         lambda: check_executions(effects, audit_wf),

@@ -42,6 +42,16 @@ The lease epoch is not part of the workflow API; it is read from the worker's ex
 behind the context (``ctx._journal.claimed.epoch``), a private attribute: when the engine
 changes it, the line carries ``?`` and the stateful test says that this helper needs updating.
 
+A worker started with ``$WFCTL_SF_PATCHED`` set runs the code of a deploy that put a patch in
+front of each run's first durable wait (its first ``recv`` or ``sleep`` item)::
+
+    if ctx.patched("sf-patch"):
+        ctx.step(...)  # a ``patch`` effect, logged like the others; its output is not returned
+
+A run that reaches that point on the patched code takes the patch (its marker is one step, the
+effect the next, and its items after it move two steps on); a run that passed that point, or
+parked in the wait there, on the old code keeps to the old path.
+
 ``sf-capped`` runs the same items with the same retry policy, under a concurrency limit of
 ``CAPPED_CONCURRENCY`` declared in code: the stateful test overrides it at run time
 with ``wfctl limit``, and ``--clear`` brings it back. (Children are always ``sf-flow``.)
@@ -101,6 +111,9 @@ def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: An
 
 
 EVENT_KEY = "progress"
+PATCH_ENV = "WFCTL_SF_PATCHED"
+PATCH_NAME = "sf-patch"
+WAIT_KINDS = ("recv", "sleep")  # the items a run parks in: the patch goes in front of the first
 
 
 @wfctl.workflow("sf-flow", max_retries=POLICY_MAX_RETRIES, retry_base=0.05, retry_cap=0.2)
@@ -125,7 +138,13 @@ def run_items(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
     outputs: list[Any] = []
     number = 0  # the engine's step number of the item
     events = 0
+    patch = bool(os.environ.get(PATCH_ENV))
     for kind, arg in data["steps"]:
+        if patch and kind in WAIT_KINDS:
+            patch = False
+            if ctx.patched(PATCH_NAME):
+                number += 2  # the marker, then the patch's effect
+                ctx.step(f"s{number}-patch", run_step, wid, number, "patch", ctx.attempt, epoch, 0)
         number += 1
         if kind == "sleep":
             ctx.sleep(arg)

@@ -19,6 +19,8 @@ from psycopg import conninfo
 HERE = Path(__file__).parent
 REFERENCE_SQL = HERE / "data" / "reference-design.sql"
 APPS = HERE / "apps"
+#: The run's databases are in the partitioned layout (tests/conftest.py's migrated_template).
+PARTITIONED_RUN = os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned"
 
 # Settings for a throwaway server where durability is not under test: speed first.
 FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

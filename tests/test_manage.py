@@ -80,9 +80,10 @@ def test_retry_from_step_forgets_later_checkpoints(cli, dsn):
         ).fetchone()[0]
         for n in (1, 2, 3):
             conn.execute(
-                "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status)"
-                " VALUES (%s, %s, 's', 'completed')",
-                (wid, n),
+                "INSERT INTO workflow_steps"
+                " (workflow_id, step_number, step_name, status, workflow_created_at)"
+                " SELECT id, %s, 's', 'completed', created_at FROM workflows WHERE id = %s",
+                (n, wid),
             )
     result = cli("retry", str(wid), "--from-step", "2", "--dsn", dsn, "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["resumes_after_step"] == 1
@@ -109,8 +110,8 @@ def seed_old(dsn: str) -> None:
             " FROM unnest(ARRAY['completed', 'failed', 'cancelled']) s, generate_series(1, 1100)"
         )
         conn.execute(
-            "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status)"
-            " SELECT id, 1, 's', 'completed' FROM workflows"
+            "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, workflow_created_at)"
+            " SELECT id, 1, 's', 'completed', created_at FROM workflows"
         )
         conn.execute(
             "INSERT INTO workflows (workflow_type, status, finished_at) VALUES"

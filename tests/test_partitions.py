@@ -9,14 +9,13 @@ tests/test_worker.py tests/test_coordination.py`` (tests/conftest.py converts th
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from helpers import rows, wait_for
+from helpers import PARTITIONED_RUN, rows, wait_for
 from test_schema import reference_queries
 
 import wfctl
@@ -294,6 +293,7 @@ def test_a_run_in_the_default_partition_is_written_after_its_partition_is_made(p
         ]
 
 
+@pytest.mark.skipif(PARTITIONED_RUN, reason="the run's databases are partitioned already")
 def test_the_partition_duty_tells_the_worker_its_layout(dsn, pdsn):
     """The worker bounds its claims (Frontier.bounded) by what its partition duty reports: the
     floor and the created_at bound are the partitioned layout's only."""
@@ -533,9 +533,7 @@ def test_a_missing_partition_is_made_and_its_rows_leave_the_default_partition(pd
     assert last in partition_names(pdsn)
 
 
-@pytest.mark.skipif(
-    os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned", reason="the run's databases are partitioned already"
-)
+@pytest.mark.skipif(PARTITIONED_RUN, reason="the run's databases are partitioned already")
 def test_convert_an_existing_database_with_runs_in_every_status(cli, dsn, workers):
     finished = [str(wfctl.submit(dsn, "three", {"n": n})) for n in range(3)]
     workers.run()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 
 from wfctl.durations import format_duration
 from wfctl.reports import StatsReport, WorkflowDetail
+from wfctl.storedjson import Unreadable
 from wfctl.waits import WAITING
 from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 
@@ -100,9 +101,16 @@ def _default(value: Any) -> Any:
         return float(value)
     if isinstance(value, UUID):
         return str(value)
+    if isinstance(value, Unreadable):  # a stored value Python cannot read: say so in its place
+        return unreadable_text(value)
     if hasattr(value, "__dataclass_fields__"):
         return {k: getattr(value, k) for k in value.__dataclass_fields__}
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def unreadable_text(value: Unreadable) -> str:
+    """The placeholder drawn for a stored JSON value Python cannot read."""
+    return f"(a stored value that cannot be decoded: {value.reason})"
 
 
 _PLACEHOLDER = re.compile(r'"\\u0000\d+\\u0000"')

@@ -1,6 +1,7 @@
-"""Workflows for tests/test_stored_values.py: runs whose stored values (input, a step's output,
-a message, a child's output) a test replaces with SQL by values Python cannot read. Each type
-allows retries, so a test can see that such a run fails without using them."""
+"""Workflows for tests/test_stored_values.py and tests/test_worker_log_escaping.py: runs whose
+stored values (input, a step's output, a message, a child's output) a test replaces with SQL by
+values Python cannot read, or fills with text that must not reach the worker's log raw. The
+types that read values allow retries, so a test can see that such a run fails without them."""
 
 from __future__ import annotations
 
@@ -29,3 +30,9 @@ def listener(ctx: wfctl.Context, data: Any) -> Any:
 def parent(ctx: wfctl.Context, data: Any) -> Any:
     """Start one child of type echo and wait for its output."""
     return ctx.wait(ctx.start_child("echo", {"from": "parent"}))
+
+
+@wfctl.workflow("raiser", max_retries=0)
+def raiser(ctx: wfctl.Context, data: Any) -> None:
+    """Fail with the input's message as the error."""
+    raise RuntimeError(data["message"])

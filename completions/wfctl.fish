@@ -106,6 +106,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l stale -x -d 'A wor
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l since -x -d 'Window of the step-duration summary (workflows created since)'
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l output -s o -x -d 'Write to this file instead of stdout, atomically (a temporary file in the same directory, renamed over it): for node_exporter\'s textfile collector. On an error the file keeps its last good content'
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l replica -x -d 'Read from this streaming standby instead of the primary (default: [reports] dsn in wfctl.toml, else the primary); says how far behind it is, on stderr'
+complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l max-types -x -d 'Series of their own for the N workflow types with the most workflows; the others are summed under workflow_type="(other)" (default 100)'
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l dsn -x -d 'PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables'
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else the nearest wfctl.toml here or above)'
 complete -c wfctl -n '__fish_seen_subcommand_from metrics' -l json -d 'Print JSON on stdout instead of tables'

@@ -286,7 +286,7 @@ def plan_indexes(conn, name: str, params: dict) -> set[str]:
         ),
         (
             "reports.step_metrics",
-            {"since": DAY, **label_translation()},
+            {"since": DAY, **label_translation(), "kept": ["order"], "other": "(other)"},
             {"workflow_steps_started_idx"},
         ),
         ("reports.stuck", {"stale": STALE, "workflow_type": None}, {"workflows_running_owner_idx"}),

@@ -4,7 +4,8 @@ Every value below is inserted with SQL, as any client of the shared database cou
 through the CLI: `list`, `stats`, `show`, `workers`, `recover --dry-run`. Nothing may crash with
 a MarkupError, markup must show literally, and no control character may reach the output raw
 (CliRunner's output is not a terminal, so Rich itself writes no escape sequence: any ESC byte
-would come from the data).
+would come from the data); nor may a character that changes how text shows without showing
+itself (a right-to-left override, a zero-width space, a line separator).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ ESC = "\x1b"
 CLEAR = f"{ESC}[2J"  # erase the screen
 TITLE = f"{ESC}]0;pwned{chr(7)}"  # OSC: set the window title, ended by BEL
 CSI_C1 = "\x9b31m"  # the 8-bit CSI (C1): red
-RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # anything but the line feed
+RTL = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: "ord\u202eredro" shows as "ordorder"
+# anything but the line feed; the bidirectional controls, zero-width characters, U+2028/U+2029
+RAW_CONTROL = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
 
 
 def assert_clean(text: str) -> None:
@@ -65,6 +70,14 @@ def hostile(conn):
     )
     red = workflow(conn, now, workflow_type="[red]ok[/red]", status="completed")
     step(conn, red, 1, "[/]", start=start, seconds=2)
+    bidi = workflow(
+        conn,
+        now,
+        workflow_type=f"ord{RTL}redro",
+        status="failed",
+        error_message="card\u2028declined\u200b \u2066x\u2069\ufeff",
+    )
+    step(conn, bidi, 1, "ch\u200barge\u200f", start=start, seconds=1)
     ctrl = workflow(conn, now, workflow_type=f"ctl{CSI_C1}\r\x07x", status="completed")
     step(conn, ctrl, 1, f"s{CLEAR}", start=start, seconds=3)
     stuck = workflow(
@@ -76,7 +89,7 @@ def hostile(conn):
         current_step=1,
     )
     step(conn, stuck, 1, "[/step]", start=start, seconds=1)
-    return {"pay": pay, "red": red, "ctrl": ctrl, "stuck": stuck}
+    return {"pay": pay, "red": red, "ctrl": ctrl, "stuck": stuck, "bidi": bidi}
 
 
 def test_list_shows_markup_and_control_as_text(wfctl, dsn, hostile):
@@ -151,7 +164,25 @@ def test_workers_and_recover_lines_are_text(wfctl, dsn, hostile):
     assert_clean(dry.output)
 
 
-def test_printable_escapes_c0_c1_and_del_only():
+def test_printable_escapes_control_and_invisible_characters_only():
     assert render.printable("a\x1bb\x9bc\x7fd\te\nf") == "a\\x1bb\\x9bc\\x7fd\\x09e\\x0af"
     assert render.printable("line\nnext\tcol\x1b", keep="\n\t") == "line\nnext\tcol\\x1b"
-    assert render.printable("[red]é ✓ \u2028") == "[red]é ✓ \u2028"
+    assert (
+        render.printable(f"ord{RTL}redro \u2028\u200b\ufeff\u2066")
+        == "ord\\u202eredro \\u2028\\u200b\\ufeff\\u2066"
+    )
+    assert render.printable("[red]é ✓ 日本 עברית 🙂") == "[red]é ✓ 日本 עברית 🙂"
+
+
+def test_bidi_and_zero_width_characters_show_escaped(wfctl, dsn, hostile):
+    for args in (("list",), ("stats",), ("show", str(hostile["bidi"]))):
+        result = wfctl(*args, "--dsn", dsn)
+        assert result.exit_code == 0, result.output
+        assert "ord\\u202eredro" in result.stdout, args
+        assert_clean(result.output)
+    shown = wfctl("show", str(hostile["bidi"]), "--dsn", dsn).stdout
+    assert "card\\u2028declined\\u200b \\u2066x\\u2069\\ufeff" in shown
+    assert "ch\\u200barge\\u200f" in shown
+    as_json = wfctl("show", str(hostile["bidi"]), "--dsn", dsn, "--json")
+    assert_clean(as_json.stdout)  # JSON escapes them: \u202e
+    assert json.loads(as_json.stdout)["workflow"]["workflow_type"] == f"ord{RTL}redro"

@@ -19,6 +19,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors as pg_errors
 
+from wfctl import storedjson
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
 from wfctl.context import check_label
@@ -71,6 +72,16 @@ def _errors() -> Iterator[None]:
         raise InvalidInput(_message(exc)) from exc
     except psycopg.Error as exc:
         raise translate(exc) from exc
+
+
+@contextmanager
+def _decoding(what: str) -> Iterator[None]:
+    """A stored value the connection's JSON decoder cannot read (an integer longer than Python
+    reads, nesting deeper: wfctl/storedjson.py) as InvalidState, saying why."""
+    try:
+        yield
+    except storedjson.DECODE_ERRORS as exc:
+        raise InvalidState(f"{what} cannot be decoded: {storedjson.describe(exc)}") from None
 
 
 def _message(exc: psycopg.Error) -> str:
@@ -154,7 +165,8 @@ def get_event(
     seconds = timeout_seconds(timeout, "timeout") or 0.0
 
     def read(conn: psycopg.Connection[Any]) -> tuple[bool, Any]:
-        row = conn.execute(q("coordination.event"), {"id": wid, "key": key}).fetchone()
+        with _decoding(f"the value of event {key!r} of workflow {wid}"):
+            row = conn.execute(q("coordination.event"), {"id": wid, "key": key}).fetchone()
         if row is None:
             raise NotFound(f"no workflow {wid}")
         status, value, found = row
@@ -192,7 +204,8 @@ def result(
     seconds = timeout_seconds(timeout, "timeout")
 
     def read(conn: psycopg.Connection[Any]) -> tuple[bool, Any]:
-        row = conn.execute(q("coordination.outcome"), {"id": wid}).fetchone()
+        with _decoding(f"the output of workflow {wid}"):
+            row = conn.execute(q("coordination.outcome"), {"id": wid}).fetchone()
         if row is None:
             raise NotFound(f"no workflow {wid}")
         status, output, error = row

@@ -7,6 +7,11 @@ the first run and a replay. Such floats are written as their exact digits plus `
 jsonb keeps as a fraction and Python reads back as the same float. A ``Decimal`` (how wfctl
 parses the numbers a user writes, and what a step may return) is written exactly as it is,
 never through a float. Every input, step result and workflow output goes through ``dumps``.
+
+Python reads an integer of at most 4300 digits (``sys.get_int_max_str_digits()``): a
+``Decimal`` that jsonb would keep as a longer integer (``1E+5000`` is stored as 1 and 5000
+zeros, since a numeric without a fraction is written without one) is refused, or no worker
+could read the value back.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Any
 # jsonb numbers are PostgreSQL numerics: up to 131072 digits before the point, 16383 after
 NUMERIC_MAX_INTEGER_DIGITS = 131072
 NUMERIC_MAX_SCALE = 16383
+#: Python reads at most this many digits into an int (sys.get_int_max_str_digits()).
+PYTHON_INT_DIGITS = 4300
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -47,6 +54,11 @@ def _check(value: Any) -> bool:
         exponent = value.as_tuple().exponent
         if value and (value.adjusted() >= NUMERIC_MAX_INTEGER_DIGITS or -int(exponent) > NUMERIC_MAX_SCALE):
             raise UnstorableJSON(f"the number {str(value)[:40]} is beyond what PostgreSQL's numeric holds")
+        if value and int(exponent) >= 0 and value.adjusted() >= PYTHON_INT_DIGITS:
+            raise UnstorableJSON(
+                f"the number {str(value)[:40]} is stored as an integer of {value.adjusted() + 1} digits, "
+                f"more than Python reads ({PYTHON_INT_DIGITS})"
+            )
         return True
     big = False
     if isinstance(value, dict):

@@ -313,16 +313,32 @@ def workers(conn: Conn, *, stale: timedelta | None = None) -> list[Row]:
     return _rows(conn, "reports.workers", {"stale": _threshold(stale)})
 
 
-def metric_families(conn: Conn, *, stale: timedelta | None = None, since: timedelta) -> list[Family]:
-    """What ``wfctl metrics`` exposes, read in one snapshot."""
+#: How many workflow types ``wfctl metrics`` gives series of their own by default (--max-types).
+MAX_TYPE_SERIES = 100
+#: The workflow_type label value of the series that sum the other types.
+OTHER_TYPES = "(other)"
+
+
+def metric_families(
+    conn: Conn, *, stale: timedelta | None = None, since: timedelta, max_types: int = MAX_TYPE_SERIES
+) -> list[Family]:
+    """What ``wfctl metrics`` exposes, read in one snapshot. Only the ``max_types`` workflow
+    types with the most workflows have series of their own; the others are summed under
+    ``workflow_type="(other)"`` (a type of that name counts there too), so the number of series
+    stays bounded whatever types are submitted."""
+    if max_types < 0:
+        raise InvalidInput(f"invalid --max-types {max_types}: must be 0 or more")
+    labels = {**label_translation(), "other": OTHER_TYPES}
     with _snapshot(conn):
-        counts = _rows(conn, "reports.workflow_counts", label_translation())
-        parked = _rows(conn, "reports.waiting_counts", label_translation())
+        counts = _rows(conn, "reports.workflow_counts", {**labels, "max_types": max_types})
+        kept = sorted({r["workflow_type"] for r in counts} - {OTHER_TYPES})
+        parked = _rows(conn, "reports.waiting_counts", {**labels, "kept": kept})
         pending = _rows(conn, "reports.oldest_pending")[0]
         stuck_rows = stuck(conn, stale=stale)
         worker_rows = workers(conn, stale=stale)
         window = {"since": _positive(since, "the window"), "workflow_type": None}
-        steps = _rows(conn, "reports.step_metrics", {**window, **label_translation()})
+        steps = _rows(conn, "reports.step_metrics", {**window, **labels, "kept": kept})
+    type_count = int(counts[0]["type_count"]) if counts else 0
     return [
         _workflow_family(counts),
         Family(
@@ -359,6 +375,13 @@ def metric_families(conn: Conn, *, stale: timedelta | None = None, since: timede
                 Sample(sum(1 for w in worker_rows if w["state"] == state), {"state": state})
                 for state in WORKER_STATES
             ),
+        ),
+        Family(
+            "wfctl_workflow_types_other",
+            "gauge",
+            f"Workflow types without series of their own (beyond the {max_types} with the most "
+            f"workflows), summed under workflow_type=\"{OTHER_TYPES}\".",
+            (Sample(type_count - len(kept)),),
         ),
         *_step_families(steps, since),
     ]

@@ -30,7 +30,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from wfctl import cron
+from wfctl import cron, storedjson
 from wfctl.connection import DEFAULT_HOLD, hold_locks_at_most
 from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.queries import q
@@ -55,7 +55,7 @@ class Schedule:
     workflow_type: str
     cron: str
     timezone: str
-    input: dict[str, Any]
+    input: dict[str, Any] | storedjson.Unreadable  # Unreadable: stored as Python cannot read it
     paused: bool
     backfill: bool
     source: str  # 'code' (declared by @wfctl.workflow) or 'cli'
@@ -266,6 +266,7 @@ def get(conn: psycopg.Connection[Any], name: str) -> Schedule:
 
 def list_schedules(conn: psycopg.Connection[Any]) -> list[Schedule]:
     with conn.cursor(row_factory=dict_row) as cur:
+        storedjson.install(cur)  # an input Python cannot read: an Unreadable, not an error
         return [Schedule(**row) for row in cur.execute(q("schedules.list")).fetchall()]
 
 
@@ -275,6 +276,7 @@ def _not_found(name: str) -> NotFound:
 
 def _one(conn: psycopg.Connection[Any], block: str, name: str) -> Schedule | None:
     with conn.cursor(row_factory=dict_row) as cur:
+        storedjson.install(cur)
         row = cur.execute(q(block), {"name": name}).fetchone()
     return Schedule(**row) if row is not None else None
 

@@ -20,7 +20,7 @@ MAX_INPUT_BYTES = 1_000_000
 #: reads JSON recursively, and fails somewhere below 1,000 levels.
 MAX_JSON_DEPTH = 500
 #: Python reads at most this many digits into an int (sys.get_int_max_str_digits()).
-MAX_INT_DIGITS = 4300
+MAX_INT_DIGITS = jsonvalue.PYTHON_INT_DIGITS
 
 
 def encode_input(value: Any, where: str = "workflow input") -> str:

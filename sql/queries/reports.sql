@@ -140,8 +140,10 @@ ORDER BY avg_seconds DESC, workflow_type, step_name;
 -- name: step_metrics
 -- slow_steps for `wfctl metrics`, grouped by the label values the exposition will write (the
 -- translation only where %(control_class)s finds a control character: translate() with a long
--- multibyte list is slow, and names are almost always clean).
-SELECT workflow_type,
+-- multibyte list is slow, and names are almost always clean); a type's label value not among
+-- %(kept)s (workflow_counts) as %(other)s.
+SELECT CASE WHEN workflow_type = ANY(%(kept)s::text[]) THEN workflow_type ELSE %(other)s END
+           AS workflow_type,
        step_name,
        count(*) AS count,
        round(percentile_cont(0.5) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p50_seconds,
@@ -162,8 +164,8 @@ FROM (
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
 ) AS windowed
-GROUP BY workflow_type, step_name
-ORDER BY workflow_type, step_name;
+GROUP BY 1, step_name
+ORDER BY 1, step_name;
 
 -- name: list_workflows
 -- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
@@ -363,17 +365,35 @@ ORDER BY 1;
 
 -- name: workflow_counts
 -- Every workflow by type (as its label value) and status, for metrics: one pass over the table
--- grouped by the stored type, then the few groups by their label value.
-SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS workflow_type,
-       status,
-       sum(workflows)::bigint AS workflows
-FROM (
-    SELECT workflow_type, status, count(*) AS workflows
-    FROM workflows
-    GROUP BY workflow_type, status
-) AS stored
-GROUP BY 1, status
-ORDER BY 1, status;
+-- grouped by the stored type, then the groups by their label value. Only the %(max_types)s
+-- label values with the most workflows (ties by value) are series of their own: the others, and
+-- a type whose label value is %(other)s itself, are summed under %(other)s, so that whoever can
+-- submit cannot add series without bound. type_count: how many label values there are.
+WITH labelled AS (
+    SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS label, status,
+           sum(workflows) AS workflows
+    FROM (
+        SELECT workflow_type, status, count(*) AS workflows
+        FROM workflows
+        GROUP BY workflow_type, status
+    ) AS stored
+    GROUP BY 1, status
+), kept AS (
+    SELECT label
+    FROM labelled
+    WHERE label <> %(other)s
+    GROUP BY label
+    ORDER BY sum(workflows) DESC, label
+    LIMIT %(max_types)s
+)
+SELECT CASE WHEN k.label IS NOT NULL THEN l.label ELSE %(other)s END AS workflow_type,
+       l.status,
+       sum(l.workflows)::bigint AS workflows,
+       (SELECT count(DISTINCT label) FROM labelled) AS type_count
+FROM labelled l
+LEFT JOIN kept k ON k.label = l.label
+GROUP BY 1, l.status
+ORDER BY 1, l.status;
 
 -- name: oldest_pending
 -- How long the oldest runnable pending workflow has waited since it became runnable
@@ -384,12 +404,14 @@ FROM workflows
 WHERE status = 'pending' AND run_at <= now();
 
 -- name: waiting_counts
--- The waiting workflows (see the top) by type (as its label value) and what they wait for.
-SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS workflow_type,
+-- The waiting workflows (see the top) by type (as its label value) and what they wait for; a
+-- label value not among %(kept)s (the series of their own, workflow_counts) as %(other)s.
+SELECT CASE WHEN label = ANY(%(kept)s::text[]) THEN label ELSE %(other)s END AS workflow_type,
        wait_kind AS kind,
        sum(workflows)::bigint AS workflows
 FROM (
-    SELECT workflow_type, wait_kind, count(*) AS workflows
+    SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS label, wait_kind,
+           count(*) AS workflows
     FROM workflows
     WHERE status = 'pending' AND wait_kind IS NOT NULL AND run_at > now()
     GROUP BY workflow_type, wait_kind

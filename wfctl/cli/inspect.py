@@ -231,6 +231,17 @@ def metrics(
     ] = "1h",
     output: OutputOpt = None,
     replica: ReplicaOpt = None,
+    max_types: Annotated[
+        int,
+        typer.Option(
+            "--max-types",
+            metavar="N",
+            help=f"Series of their own for the N workflow types with the most workflows; the "
+            f'others are summed under workflow_type="{reports.OTHER_TYPES}" '
+            f"(default {reports.MAX_TYPE_SERIES}).",
+            show_default=False,
+        ),
+    ] = reports.MAX_TYPE_SERIES,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
@@ -244,7 +255,7 @@ def metrics(
         _check_output(output)
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=True) as conn:
-        families = reports.metric_families(conn, stale=threshold, since=window)
+        families = reports.metric_families(conn, stale=threshold, since=window, max_types=max_types)
     if session.replica_status is not None:
         families.append(replica_age_family(session.replica_status))
     families.append(generated_family(time.time()))

@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
     from rich.text import Text
 
 from wfctl.durations import format_duration
+from wfctl.printable import INVISIBLE, printable
 from wfctl.reports import StatsReport, WorkflowDetail
+from wfctl.storedjson import Unreadable
 from wfctl.waits import WAITING
 from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 
@@ -26,23 +28,13 @@ from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 PIPE_WIDTH = 200
 
 # Stored data (types, keys, step names, errors, worker ids, JSON) is written by any client of
-# the database: it is drawn as plain text, never as Rich markup, and its control characters
-# (C0, DEL, C1: ESC, CR, BEL, the 8-bit CSI ...) are shown escaped, so that no stored string can
-# move the cursor, clear the screen or retitle the terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-# The control characters json.dumps(ensure_ascii=False) leaves raw inside strings.
-_JSON_RAW_CONTROL = re.compile(r"[\x7f-\x9f]")
-
-
-def printable(text: str, *, keep: str = "") -> str:
-    """``text`` with each C0, DEL and C1 control character as ``\\xNN`` (but those in ``keep``,
-    e.g. the line feed of a multi-line block)."""
-
-    def escape(match: re.Match[str]) -> str:
-        char = match.group()
-        return char if char in keep else f"\\x{ord(char):02x}"
-
-    return _CONTROL.sub(escape, text)
+# the database: it is drawn as plain text, never as Rich markup, and its control and invisible
+# format characters (ESC, CR, BEL, the 8-bit CSI, a right-to-left override, a zero-width space
+# ...) are shown escaped (wfctl/printable.py), so that no stored string can move the cursor,
+# clear the screen, retitle the terminal or show other than it is.
+# What json.dumps(ensure_ascii=False) leaves raw inside strings: DEL, C1, and the invisible
+# characters (a JSON escape means the same, and shows).
+_JSON_RAW = re.compile(f"[\x7f-\x9f{INVISIBLE}]")
 
 
 def plain(value: Any, *, keep: str = "", style: str = "") -> Text:
@@ -100,17 +92,25 @@ def _default(value: Any) -> Any:
         return float(value)
     if isinstance(value, UUID):
         return str(value)
+    if isinstance(value, Unreadable):  # a stored value Python cannot read: say so in its place
+        return unreadable_text(value)
     if hasattr(value, "__dataclass_fields__"):
         return {k: getattr(value, k) for k in value.__dataclass_fields__}
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+def unreadable_text(value: Unreadable) -> str:
+    """The placeholder drawn for a stored JSON value Python cannot read."""
+    return f"(a stored value that cannot be decoded: {value.reason})"
 
 
 _PLACEHOLDER = re.compile(r'"\\u0000\d+\\u0000"')
 
 
 def to_json(value: Any, indent: int | None = 2) -> str:
-    """JSON text; the control characters json.dumps leaves raw (DEL, C1) escaped as ``\\u00NN``
-    too (they can only occur inside strings, so the text stays valid and means the same).
+    """JSON text; the characters json.dumps leaves raw (DEL, C1, the invisible ones of
+    wfctl/printable.py) escaped as ``\\uNNNN`` too (they can only occur inside strings, so the
+    text stays valid and means the same).
     A finite Decimal (a stored number read exactly) is written with all its digits: it goes
     through json.dumps as a placeholder string, replaced afterwards by the number's text (a
     placeholder holds U+0000, which no stored string can)."""
@@ -126,7 +126,7 @@ def to_json(value: Any, indent: int | None = 2) -> str:
     text = json.dumps(value, default=default, indent=indent, ensure_ascii=False)
     if exact:
         text = _PLACEHOLDER.sub(lambda m: exact.get(m.group(), m.group()), text)
-    return _JSON_RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def print_json(value: Any) -> None:

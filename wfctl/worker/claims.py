@@ -12,6 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
 
+from wfctl import storedjson
 from wfctl.context import WAIT_STEP, RecordedStep, recv_step_name
 from wfctl.queries import q, spliced
 
@@ -89,6 +90,10 @@ class Claimed:
     #: it waits in the backlog for a thread, at most CLAIM_AHEAD_HOLD, and starts only once
     #: the worker's started_seq has reached it in the database. None: for a free thread.
     ahead_seq: int | None = None
+    #: Why the run cannot be run, when its input or a completed step's output is stored as a
+    #: value Python cannot read (wfctl/storedjson.py): the worker fails it at once, without
+    #: retries, and the rest of the batch runs. None: it can be run.
+    unreadable: str | None = None
 
     @property
     def ahead(self) -> bool:
@@ -235,10 +240,7 @@ def claim(
             attempt=row.attempt,
             max_retries=row.max_retries,
             current_step=row.current_step or 0,
-            journal={
-                int(number): RecordedStep(int(number), name, output)
-                for number, name, output in (row.journal or [])
-            },
+            journal=_journal(row.journal),
             db_now=row.db_now,
             claimed_at=arrived,
             deadline_at=row.deadline_at,
@@ -249,11 +251,32 @@ def claim(
             parked_step=row.parked_step,
             parked_name=_parked_name(row),
             ahead_seq=row.ahead_seq,
+            unreadable=_unreadable(row),
         )
         for row in rows
         if row.id is not None
     ]
     return Batch(claimed, min(hints) if hints else None, idle=addressable and len(claimed) < room)
+
+
+def _journal(value: Any) -> dict[int, RecordedStep]:
+    """The completed steps of a claim's journal column (empty when it cannot be read: the run
+    is then not run, see ``_unreadable``)."""
+    if not isinstance(value, list):
+        return {}
+    return {int(number): RecordedStep(int(number), name, output) for number, name, output in value}
+
+
+def _unreadable(row: ClaimRow) -> str | None:
+    """Why ``row``'s run cannot be run: its input or a completed step's output is a value
+    Python cannot read."""
+    why = storedjson.reason(row.input_data)
+    if why is not None:
+        return f"input cannot be decoded: {why}"
+    why = storedjson.reason(row.journal)
+    if why is not None:
+        return f"the output of a completed step cannot be decoded: {why}"
+    return None
 
 
 def _parked_name(row: ClaimRow) -> str | None:

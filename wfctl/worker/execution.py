@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from wfctl import jsonvalue
+from wfctl import jsonvalue, storedjson
 from wfctl.context import (
     Context,
     ControlFlow,
@@ -43,6 +43,12 @@ Send = Callable[[Request | Call], None]
 
 class DeadlinePassed(ControlFlow):
     """The run's deadline passed: it fails now, without retries."""
+
+
+class CannotDecode(ControlFlow):
+    """A stored value the run needs (its input, a step's output, a message, a child's output)
+    is one Python cannot read (wfctl/storedjson.py): the run fails now, without retries (every
+    replay would meet the same value)."""
 
 
 LEASE_RECHECK = 1.0  # seconds: how long a step waits for a re-confirming heartbeat before asking again
@@ -181,6 +187,9 @@ class Execution:
         except Expired as expired:
             raise DeadlinePassed(str(expired)) from None
         self._last_step = number
+        why = storedjson.reason(output)
+        if why is not None:
+            raise CannotDecode(f"the output of step {number} ({name!r}) cannot be decoded: {why}")
         return output
 
     def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
@@ -199,6 +208,9 @@ class Execution:
         if call.state == "done":
             self.terminal = False
             self._last_step = number
+            why = storedjson.reason(call.output)
+            if why is not None:
+                raise CannotDecode(f"{_what_came(op, number, name, params)} cannot be decoded: {why}")
             return call.output
         if call.state == "refused":  # the same call would be refused on every replay
             self.terminal = False
@@ -301,6 +313,8 @@ class Execution:
         try:
             self._check_lease()
             self._check_deadline()
+            if c.unreadable is not None:
+                raise CannotDecode(c.unreadable)
             result = self.workflow.fn(ctx, c.input)
             try:
                 output = jsonvalue.dumps(result)
@@ -332,7 +346,7 @@ class Execution:
             self._refused(began)
         except DeadlinePassed as exc:
             self._timed_out(str(exc), began)
-        except DeterminismError as exc:
+        except (DeterminismError, CannotDecode) as exc:
             self._fail(str(exc), None, began, final=True)
         except StepFailed as exc:
             error = exc.error
@@ -458,6 +472,15 @@ class Execution:
             epoch=self.claimed.epoch,
             duration=_secs(began),
         )
+
+
+def _what_came(op: str, number: int, name: str, params: dict[str, Any]) -> str:
+    """What a coordination step's output holds, for an error that names it."""
+    if op == "recv":
+        return f"the message received on {params['topic']!r}"
+    if op == "join":
+        return "the output of a child workflow"
+    return f"the output of step {number} ({name!r})"
 
 
 def _first_line(error: BaseException) -> str:

@@ -2,6 +2,11 @@
 
 Rich (colour) on a terminal, plain text otherwise, JSON lines with ``--log-format json``.
 Thread-safe: workflow threads and the database loop both write here.
+
+Messages and fields carry stored strings (types, error messages, deadline errors, topics): in
+the plain and rich formats every control and invisible format character is escaped
+(wfctl/printable.py), so a stored string can neither drive the terminal nor start a line of its
+own; JSON escapes them as JSON does (``json.dumps`` writes ASCII only).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import sys
 import threading
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
+
+from wfctl.printable import printable
 
 Format = Literal["auto", "rich", "plain", "json"]
 
@@ -56,7 +63,7 @@ class WorkerLog:
                 self.stream.write(json.dumps(record, default=str) + "\n")
             else:
                 extra = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-                text = f"{event:<9} {message}{' ' + extra if extra else ''}"
+                text = printable(f"{event:<9} {message}{' ' + extra if extra else ''}")
                 if self._console is not None:
                     stamp = now.astimezone().strftime("%H:%M:%S")
                     style = _STYLES.get(event) or _STYLES.get(level)

@@ -37,7 +37,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import limits, partitions, recovery, schema
+from wfctl import limits, partitions, recovery, schema, storedjson
 from wfctl.connection import behind_pooler, connect, connection_lost, scrub
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
@@ -293,6 +293,9 @@ class Worker:
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = connect(self.dsn, prepare=False, application_name="wfctl worker")
+        # a stored value Python cannot read (an input, a step's output, a message) comes back
+        # as an Unreadable that fails its run, not as an error that fails the whole claim
+        storedjson.install(conn)
         direct = self.options.prepare or self.options.listen
         if direct and behind_pooler(conn):
             if not self._pooled:

@@ -34,6 +34,7 @@ from psycopg import conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from wfctl import storedjson
 from wfctl.connection import set_local
 from wfctl.errors import PermanentError
 from wfctl.queries import q
@@ -118,8 +119,8 @@ def run_step(
         return _transaction(pool, key, attempt, name, started, fn)
     except _Unsure as unsure:
         try:
-            with pool.pool().connection() as conn, conn.transaction():
-                found = conn.execute(q("worker.transaction_recorded"), key).fetchone()
+            with pool.pool().connection() as conn, conn.transaction(), _reading(conn) as cur:
+                found = cur.execute(q("worker.transaction_recorded"), key).fetchone()
         except psycopg.Error:
             raise unsure.error from None
         if found is not None:
@@ -146,7 +147,8 @@ def _transaction(
                 fn_returned = True
                 _check_still_open(conn, name)
                 set_local(conn, "statement_timeout", pool.hold_ms)
-                fence = conn.execute(q("worker.transaction_fence"), key).fetchone()
+                with _reading(conn) as cur:
+                    fence = cur.execute(q("worker.transaction_fence"), key).fetchone()
                 if fence is None:
                     raise Fenced()
                 expired, done, stored = fence
@@ -165,6 +167,14 @@ def _transaction(
                 raise _Unsure(exc) from exc
             raise
     return json.loads(output) if recorded is _NOTHING else recorded
+
+
+def _reading(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A cursor that reads a stored output Python cannot read as an ``Unreadable`` (the
+    connection itself, which ``fn`` gets, keeps psycopg's decoder)."""
+    cur = conn.cursor()
+    storedjson.install(cur)
+    return cur
 
 
 def _check_still_open(conn: psycopg.Connection[Any], name: str) -> None:

@@ -3,7 +3,7 @@ _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
     local -a known=("cancel" "completion" "db" "db partition" "db start" "db status" "db stop" "db url" "demo" "event" "init" "limit" "limits" "list" "metrics" "prune" "recover" "retry" "schedule" "schedule add" "schedule delete" "schedule pause" "schedule resume" "schedule trigger" "schedules" "send" "show" "stats" "submit" "tick" "wait" "worker" "workers")
-    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --replica --schema --since --stale --status --timeout --type --types --tz --wait -c -o "
+    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --grant-read --grant-submit --grant-worker --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --replica --schema --since --stale --status --timeout --type --types --tz --wait -c -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -33,7 +33,7 @@ _wfctl() {
         "db url") opts="--dsn --config --reveal --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
         "event") opts="--wait --dsn --config --json --help -h"; cmds="" ;;
-        "init") opts="--grant --schema --partitioned --partition-interval --dsn --config --json --help -h"; cmds="" ;;
+        "init") opts="--grant --grant-worker --grant-submit --grant-read --schema --partitioned --partition-interval --dsn --config --json --help -h"; cmds="" ;;
         "limit") opts="--concurrency --per-key --rate --clear --dsn --config --json --help -h"; cmds="" ;;
         "limits") opts="--dsn --config --json --help -h"; cmds="" ;;
         "list") opts="--status --type --since --limit --waiting --replica --dsn --config --json --help -h"; cmds="" ;;

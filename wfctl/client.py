@@ -11,6 +11,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from wfctl import limits
 from wfctl.connection import connect, translate
@@ -52,11 +53,14 @@ def _timeout(timeout: str | float | timedelta | None) -> dict[str, Any]:
 
 
 @contextmanager
-def _library_errors() -> Iterator[None]:
-    """A database error raised while submitting becomes the wfctl error it means (no schema:
-    SchemaError; no privilege: PermissionDenied; ...), the driver's error as its cause."""
+def _errors() -> Iterator[None]:
+    """A database error raised while submitting becomes the wfctl error it means (an input over
+    the database's limit: InvalidInput; no schema: SchemaError; no privilege: PermissionDenied;
+    ...), the driver's error as its cause."""
     try:
         yield
+    except pg_errors.InvalidParameterValue as exc:
+        raise InvalidInput(exc.diag.message_primary or str(exc).strip().splitlines()[0]) from exc
     except psycopg.Error as exc:
         raise translate(exc) from exc
 
@@ -130,16 +134,12 @@ def submit_one(
         "concurrency_key": concurrency_key,
         **_timeout(timeout),
     }
-    with _connection(conn_or_dsn) as conn, _library_errors():
+    with _connection(conn_or_dsn) as conn, _errors():
         for _ in range(SUBMIT_TRIES):
             row = conn.execute(q("client.submit"), params).fetchone()
             if row is not None:
-                return Submitted(id=row[0], created=True)
-            # the key was used before (perhaps by a submit committed a moment ago)
-            row = conn.execute(q("client.submit_existing"), {"key": key}).fetchone()
-            if row is not None:
-                return Submitted(id=row[0], created=False)
-            # the conflicting workflow was deleted (pruned) between the two statements: again
+                return Submitted(id=row[0], created=bool(row[1]))
+            # the key's workflow was deleted (pruned) between the function's two statements: again
         # the key conflicts with a row this transaction's snapshot cannot see (a REPEATABLE READ
         # or SERIALIZABLE transaction that began before that workflow was committed)
         raise InvalidState(
@@ -165,7 +165,7 @@ def submit_many(
     check_int(max_retries, "max_retries", minimum=0)
     if concurrency_key is not None:
         limits.check_key(concurrency_key)
-    with _library_errors():
+    with _errors():
         rows = conn.execute(
             q("client.submit_many"),
             {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -70,6 +70,8 @@ def _errors() -> Iterator[None]:
         raise InvalidState(_message(exc)) from exc
     except pg_errors.InvalidParameterValue as exc:
         raise InvalidInput(_message(exc)) from exc
+    except pg_errors.ProgramLimitExceeded as exc:  # the run holds as many unread messages as allowed
+        raise InvalidState(_message(exc)) from exc
     except psycopg.Error as exc:
         raise translate(exc) from exc
 
@@ -124,29 +126,16 @@ def send_json(
     key: str | None = None,
 ) -> Sent:
     """``send`` of a payload that is JSON text already checked (``encode_input``, or the CLI's
-    ``parse_input``; None: no payload), saying whether a message was stored. A keyed send runs
-    in one transaction (the caller's, when there is one): the key looked up first, then
-    ``wfctl_send``, then whether the message it returned was written by this transaction (a
-    concurrent send with the same key may have stored it in between)."""
+    ``parse_input``; None: no payload), saying whether a message was stored: one call of
+    ``wfctl_send_message`` (``wfctl_send``, then whether this transaction wrote the message it
+    returned: a concurrent send with the same key may have stored it first)."""
     wid = workflow_uuid(workflow_id)
     check_message(topic, key)
     params = {"id": wid, "topic": topic, "payload": payload_json, "key": key}
     with _connection(conn_or_dsn) as conn, _errors():
-        if key is None:
-            return Sent(_send(conn, params), created=True)
-        with conn.transaction() if conn.autocommit else nullcontext():
-            earlier = conn.execute(q("coordination.send_key_used"), params).fetchone()
-            message = _send(conn, params)
-            if earlier is not None:
-                return Sent(message, created=False)
-            row = conn.execute(q("coordination.sent_now"), {"message": message}).fetchone()
-    return Sent(message, created=bool(row and row[0]))
-
-
-def _send(conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
-    row = conn.execute(q("coordination.send"), params).fetchone()
+        row = conn.execute(q("coordination.send"), params).fetchone()
     assert row is not None
-    return int(row[0])
+    return Sent(int(row[0]), created=bool(row[1]))
 
 
 def get_event(

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from wfctl import trust
 from wfctl.errors import NotFound, SchemaError
 from wfctl.queries import composed, q, sql_root
 
@@ -61,8 +62,18 @@ def current_version(conn: psycopg.Connection[Any]) -> int | None:
     return int(row[0]) if row else 0
 
 
+def current_schema(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema wfctl's tables are in: the first of the search_path that exists."""
+    who = conn.execute(q("admin.whoami")).fetchone()
+    return str(who[2]) if who and who[2] is not None else None
+
+
 def check(conn: psycopg.Connection[Any]) -> int:
-    """Refuse a database whose schema is missing, older or newer than this wfctl's."""
+    """Refuse a schema where roles wfctl does not trust may create objects (``trust``), and a
+    database whose schema is missing, older or newer than this wfctl's."""
+    here = current_schema(conn)
+    if here is not None:
+        trust.check_use(conn, here)
     version = current_version(conn)
     latest = latest_version()
     if version is None or version == 0:
@@ -114,6 +125,9 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
         conn.execute(q("schema.lock"), {"key": lock_key(own)})
         if own is not None and not conn.execute(q("schema.schema_exists"), {"schema": own}).fetchone():
             conn.execute(composed("schema.create_schema", schema=own))
+        here = own if own is not None else current_schema(conn)
+        if here is not None:
+            trust.check_install(conn, here)
         conn.execute(q("schema.create_version_table"))
         done = {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
         before = max(done, default=0)
@@ -140,14 +154,28 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
     )
 
 
-def grant_worker(conn: psycopg.Connection[Any], role: str) -> None:
-    """Give ``role`` what workers, submitters and reports need (no DDL, no DELETE)."""
+#: The jobs ``wfctl init --grant-JOB ROLE`` gives a role, each a block of sql/queries/grants.sql.
+JOBS = ("worker", "submit", "read")
+
+
+def grant(conn: psycopg.Connection[Any], role: str, job: str) -> None:
+    """Give ``role`` what ``job`` needs: ``worker`` (read and write the tables, no DDL, no
+    DELETE), ``submit`` (submit, send, read a run's outcome by id: through functions only) or
+    ``read`` (the reports: read every table, write none)."""
+    if job == "worker":
+        block = "grants.grant_worker"
+    elif job == "submit":
+        block = "grants.grant_submit"
+    elif job == "read":
+        block = "grants.grant_read"
+    else:
+        raise ValueError(f"no such job {job!r}")
     if not conn.execute(q("grants.role_exists"), {"role": role}).fetchone():
         raise NotFound(f"no database role {role!r}: create it first (CREATE ROLE {role} LOGIN ...)")
-    current = conn.execute(q("admin.whoami")).fetchone()
-    assert current is not None
+    here = current_schema(conn)
+    assert here is not None
     with conn.transaction():
-        conn.execute(composed("grants.grant_worker", role=role, schema=str(current[2])))
+        conn.execute(composed(block, role=role, schema=here))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from wfctl.registry import MAX_TYPE_LENGTH
 #: text as given in UTF-8 (for a Python value: its compact JSON in UTF-8). Postgres would take
 #: far more; a workflow input this big is almost always a mistake (pass a reference instead).
 MAX_INPUT_BYTES = 1_000_000
+#: Messages a run may hold that no ``recv`` took yet (``wfctl_max_unconsumed_messages()``):
+#: a send past it is refused (``InvalidState``) until the run reads some.
+MAX_UNCONSUMED_MESSAGES = 10_000
 #: Deepest nesting of arrays and objects accepted in an input: Python (the worker, ``show``)
 #: reads JSON recursively, and fails somewhere below 1,000 levels.
 MAX_JSON_DEPTH = 500

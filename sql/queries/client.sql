@@ -1,38 +1,27 @@
--- Submitting workflows (wfctl/client.py). Other languages call wfctl_submit() or INSERT directly.
+-- Submitting workflows (wfctl/client.py), through the functions of migration 0021: they run as
+-- the schema's owner, so a role given only `--grant-submit` submits without any privilege on the
+-- tables, and they bound the size of what it stores. Other languages call wfctl_submit().
 
 -- name: submit
--- One workflow; with a key that was used before, nothing is stored and no row comes back (then
--- submit_existing finds the workflow). The insert itself says whether this call created the
--- workflow, so of several submits of one key at the same moment exactly one reports "created":
--- the others wait for its commit and then do nothing. The same insert as wfctl_submit().
+-- One workflow: (id, created). With a key that was used before, nothing is stored and the row
+-- names the existing workflow (created false). The insert itself says whether this call
+-- created the workflow, so of several submits of one key at the same moment exactly one
+-- reports "created": the others wait for its commit and then do nothing. No row: the key's
+-- workflow was deleted (pruned) in between, or is not visible to this transaction's snapshot.
 -- A timeout sets the deadline from now (the type's own timeout is filled in at the first
 -- claim when this leaves it NULL).
-INSERT INTO workflows (workflow_type, input_data, idempotency_key, run_at, priority, max_retries,
-                       deadline_at, deadline_error, concurrency_key)
-VALUES (%(workflow_type)s, %(input)s::jsonb, %(key)s,
-        now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'), coalesce(%(priority)s, 0),
-        %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8), %(timeout_error)s,
-        %(concurrency_key)s)
--- target-less: the partitioned layout has no unique index on the key alone (a trigger skips
--- a used key there); in the unpartitioned one the key's index is the only one a new row can hit
-ON CONFLICT DO NOTHING
-RETURNING id;
-
--- name: submit_existing
--- The workflow an idempotency key was used for (after submit stored nothing).
-SELECT id FROM workflows WHERE idempotency_key = %(key)s;
+SELECT id, created
+FROM wfctl_submit_one(%(workflow_type)s::text, %(input)s::jsonb, %(key)s::text, %(delay)s::float8,
+                      %(priority)s::integer, %(max_retries)s::integer, %(timeout)s::float8,
+                      %(timeout_error)s::text, %(concurrency_key)s::text);
 
 -- name: submit_many
 -- A batch of workflows of one type from an array of inputs: one statement, ids in input order.
-INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries, deadline_at,
-                       deadline_error, concurrency_key)
-SELECT %(workflow_type)s, t.input, now() + coalesce(make_interval(secs => %(delay)s::float8), interval '0'),
-       %(priority)s, %(max_retries)s, now() + make_interval(secs => %(timeout)s::float8),
-       %(timeout_error)s, %(concurrency_key)s
-FROM unnest(%(inputs)s::jsonb[]) WITH ORDINALITY AS t(input, ord)
-ORDER BY t.ord
-RETURNING id;
+SELECT id
+FROM wfctl_submit_many(%(workflow_type)s::text, %(inputs)s::jsonb[], %(delay)s::float8,
+                       %(priority)s::integer, %(max_retries)s::integer, %(timeout)s::float8,
+                       %(timeout_error)s::text, %(concurrency_key)s::text) AS id;
 
 -- name: known_types
 -- Workflow types some worker has registered (to catch a typo in `wfctl submit TYPE`).
-SELECT DISTINCT t AS workflow_type FROM workers, unnest(workflow_types) AS t ORDER BY 1;
+SELECT workflow_type FROM wfctl_known_types() AS workflow_type;

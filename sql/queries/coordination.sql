@@ -1,8 +1,12 @@
 -- From outside a workflow (wfctl/coordination.py): send a message, read an event, wait for a
--- result. The functions and the triggers that deliver wake-ups are migration 0006.
+-- result. The functions and the triggers that deliver wake-ups are migration 0006; what this
+-- file calls runs as the schema's owner (migration 0021), so a role given only
+-- `--grant-submit` sends and reads by id without any privilege on the tables.
 
 -- name: send
-SELECT wfctl_send(%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s);
+-- The message's id, and whether this transaction stored it (false: its key was used before, or
+-- a concurrent send with the same key stored it first).
+SELECT id, created FROM wfctl_send_message(%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text);
 
 -- name: listen
 -- The channel that announces results and events (payload: the workflow id).
@@ -21,31 +25,15 @@ $$;
 
 -- name: watch
 -- Ask for an announcement when this workflow finishes (its trigger notifies only then). The
--- UPDATE holds the row until it commits, and a claim at that moment skips it (SKIP LOCKED):
--- when the run is runnable, wake the workers again at this commit, or the run would wait for
--- the next poll (a submit followed at once by a wait for its result meets this often).
-WITH watched AS (
-    UPDATE workflows SET awaited = true
-    WHERE id = %(id)s AND NOT awaited
-    RETURNING status, run_at, workflow_type
-)
-SELECT wfctl_wake(workflow_type, 'head') FROM watched WHERE status = 'pending' AND run_at <= now();
+-- function's UPDATE holds the row until it commits, and a claim at that moment skips it (SKIP
+-- LOCKED): when the run is runnable, it wakes the workers again at this commit, or the run
+-- would wait for the next poll (a submit followed at once by a wait for its result meets this
+-- often).
+SELECT wfctl_await(%(id)s::uuid);
 
 -- name: outcome
-SELECT status, output_data, error_message FROM workflows WHERE id = %(id)s;
+SELECT status, output, error FROM wfctl_outcome(%(id)s::uuid);
 
 -- name: event
--- The workflow's status (NULL: no such workflow) and the event's value, if it was set.
-SELECT w.status, e.value, e.workflow_id IS NOT NULL AS found
-FROM workflows w
-LEFT JOIN workflow_events e ON e.workflow_id = w.id AND e.key = %(key)s
-WHERE w.id = %(id)s;
-
--- name: send_key_used
--- The message an earlier send with this key stored (wfctl_send then returns it again).
-SELECT id FROM workflow_messages WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
-
--- name: sent_now
--- Whether this transaction wrote the message wfctl_send returned (false: a concurrent send
--- with the same key stored it first).
-SELECT xmin = pg_current_xact_id()::xid FROM workflow_messages WHERE id = %(message)s;
+-- The workflow's status (no row: no such workflow) and the event's value, if it was set.
+SELECT status, value, found FROM wfctl_event_value(%(id)s::uuid, %(key)s::text);

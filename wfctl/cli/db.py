@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from wfctl import partitions, schema
+from wfctl import partitions, schema, trust
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import describe_data_dir_origin, printable_dsn
@@ -66,6 +66,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
     with session.connect(check_schema=False) as conn:
         seen = schema.overview(conn)
+        trusted = trust.inspect(conn, seen.schema) if seen.schema else None
         layout = partitions.layout(conn) if seen.schema_version == schema.latest_version() else None
         parts = partitions.partitions(conn) if layout and layout.partitioned else []
     info.update(
@@ -77,6 +78,13 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         schema_version=seen.schema_version,
         schema_latest=schema.latest_version(),
     )
+    if trusted is not None:
+        info.update(
+            schema_owner=trusted.describe_owner(),
+            schema_installed_by=trusted.installer,
+            schema_creators=list(trusted.creators),
+            schema_untrusted_creators=list(trusted.untrusted_to_use),
+        )
     if layout is not None:
         info.update(
             layout=layout.name,
@@ -110,6 +118,13 @@ def _report(
         )
     elif info.get("running") and not info.get("schema_version"):
         render.notice("no wfctl schema in this database yet: run `wfctl init`")
+    untrusted = info.get("schema_untrusted_creators")
+    if untrusted:
+        render.warn(
+            f"roles other than the schema's owner may CREATE in schema {info.get('schema')} "
+            f"({', '.join(untrusted)}): their operators and functions would run as wfctl's roles, "
+            "so every other command refuses it (REVOKE CREATE ON SCHEMA ... FROM ...)"
+        )
     if parts:
         render.table(
             "Partitions",

@@ -28,7 +28,31 @@ from wfctl.errors import ConfigError, InvalidInput, InvalidState
 def init(
     grant: Annotated[
         list[str] | None,
-        typer.Option("--grant", help="Give this role what workers need (no DDL); repeatable."),
+        typer.Option("--grant", help="The same as --grant-worker (kept for existing scripts); repeatable."),
+    ] = None,
+    grant_worker: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-worker",
+            help="Give this role what workers need: read and write the wfctl tables (no DDL, no "
+            "DELETE); repeatable.",
+        ),
+    ] = None,
+    grant_submit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-submit",
+            help="Let this role submit, send messages and read a run's result by its id, through "
+            "functions only (no table access); repeatable.",
+        ),
+    ] = None,
+    grant_read: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grant-read",
+            help="Let this role run the reports (stats, list, show, ...): read the tables, write "
+            "nothing; repeatable.",
+        ),
     ] = None,
     schema_name: Annotated[
         str | None,
@@ -65,8 +89,7 @@ def init(
     """
     session = Session.create(dsn, config, json)
     session.announce = False  # init says what it wrote instead
-    for role in grant or []:
-        validate.check_text(role, "--grant")
+    grants = _grants(grant, grant_worker, grant_submit, grant_read)
     if schema_name is not None:
         check_schema_name(schema_name)
     if partition_interval is not None and not partitioned:
@@ -86,8 +109,8 @@ def init(
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
         layout = _layout(conn, days)
-        for role in grant or []:
-            schema.grant_worker(conn, role)
+        for role, job in grants:
+            schema.grant(conn, role, job)
         where = "the embedded PostgreSQL" if target.embedded else describe_connection(conn)
     if target.schema is not None:
         where = f"{where}, schema {result.schema}"
@@ -107,7 +130,8 @@ def init(
                 "schema_version": result.after,
                 "applied": [f"{m.version:04d}_{m.name}" for m in result.applied],
                 "config_written": str(written) if written else None,
-                "granted": list(grant or []),
+                "granted": [role for role, job in grants if job == "worker"],
+                "granted_jobs": [{"role": role, "job": job} for role, job in grants],
                 "schema": result.schema,
                 "layout": layout.name,
                 "partition_interval": f"{layout.interval_days}d" if layout.interval_days else None,
@@ -116,8 +140,8 @@ def init(
         return
     if cfg.origin == FOUND_ABOVE:
         render.notice(f"using {cfg.path} (found in a parent directory)")
-    for role in grant or []:
-        render.notice(f"granted role {role!r} what a worker needs (read/write the wfctl tables, no DDL)")
+    for role, job in grants:
+        render.notice(f"granted role {role!r} {_GRANTED[job]}")
     if not result.applied:
         render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
     else:
@@ -140,6 +164,28 @@ def init(
                 f"not recorded in {written.name}: {', '.join(unrecorded)} (a job without them in "
                 "its environment connects without them; a password belongs in ~/.pgpass or PGPASSFILE)"
             )
+
+
+#: What ``init`` says it gave a role, by job.
+_GRANTED = {
+    "worker": "what a worker needs (read/write the wfctl tables, no DDL)",
+    "submit": "submit, send and read a result by id, through functions only (no table access)",
+    "read": "read access for reports (no writes)",
+}
+
+
+def _grants(*by_option: list[str] | None) -> list[tuple[str, str]]:
+    """(role, job) for --grant, --grant-worker, --grant-submit and --grant-read, in that order,
+    each role checked."""
+    found: list[tuple[str, str]] = []
+    names = ("--grant", "--grant-worker", "--grant-submit", "--grant-read")
+    jobs = ("worker", "worker", "submit", "read")
+    for roles, name, job in zip(by_option, names, jobs, strict=True):
+        for role in roles or []:
+            validate.check_text(role, name)
+            if (role, job) not in found:
+                found.append((role, job))
+    return found
 
 
 def _layout(conn: psycopg.Connection[Any], days: int | None) -> partitions.Layout:

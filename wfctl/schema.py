@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from wfctl import trust
+from wfctl import schema_trust
 from wfctl.errors import NotFound, SchemaError
 from wfctl.queries import composed, q, sql_root
 
@@ -73,7 +73,7 @@ def check(conn: psycopg.Connection[Any]) -> int:
     database whose schema is missing, older or newer than this wfctl's."""
     here = current_schema(conn)
     if here is not None:
-        trust.check_use(conn, here)
+        schema_trust.check_use(conn, here)
     version = current_version(conn)
     latest = latest_version()
     if version is None or version == 0:
@@ -127,7 +127,7 @@ def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
             conn.execute(composed("schema.create_schema", schema=own))
         here = own if own is not None else current_schema(conn)
         if here is not None:
-            trust.check_install(conn, here)
+            schema_trust.check_install(conn, here)
         conn.execute(q("schema.create_version_table"))
         done = {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
         before = max(done, default=0)

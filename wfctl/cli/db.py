@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from wfctl import partitions, schema, trust
+from wfctl import partitions, schema, schema_trust
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import describe_data_dir_origin, printable_dsn
@@ -66,7 +66,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
     with session.connect(check_schema=False) as conn:
         seen = schema.overview(conn)
-        trusted = trust.inspect(conn, seen.schema) if seen.schema else None
+        trusted = schema_trust.inspect(conn, seen.schema) if seen.schema else None
         layout = partitions.layout(conn) if seen.schema_version == schema.latest_version() else None
         parts = partitions.partitions(conn) if layout and layout.partitioned else []
     info.update(

@@ -1,4 +1,4 @@
--- Whom wfctl's schema trusts (wfctl/trust.py). Run with the search_path set to the catalog
+-- Whom wfctl's schema trusts (wfctl/schema_trust.py). Run with the search_path set to the catalog
 -- alone (catalog_only), so that no operator or function another role made in wfctl's schema
 -- can stand in for the catalog's while these look.
 --

@@ -8,7 +8,7 @@ it is in the search_path). So ``init`` installs only in a schema owned by the ro
 function or an operator; every other command refuses a schema where a role other than its
 owner, the role that installed wfctl and a superuser may CREATE, or owns a function or an
 operator (one made while it could still create there). The queries themselves run with the
-catalog alone on the search_path (``trust.catalog_only``)."""
+catalog alone on the search_path (``schema_trust.catalog_only``)."""
 
 from __future__ import annotations
 
@@ -51,14 +51,14 @@ def _catalog_only(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """Inside: the search_path is the catalog alone; after: as it was (a rolled-back savepoint,
     or transaction, that wrote nothing)."""
     with conn.transaction(force_rollback=True):
-        conn.execute(q("trust.catalog_only"))
+        conn.execute(q("schema_trust.catalog_only"))
         yield
 
 
 def inspect(conn: psycopg.Connection[Any], schema: str) -> SchemaTrust | None:
     """Who owns ``schema`` and who may create in it; None when there is no such schema."""
     with _catalog_only(conn):
-        row = conn.execute(q("trust.schema_trust"), {"schema": schema}).fetchone()
+        row = conn.execute(q("schema_trust.schema_trust"), {"schema": schema}).fetchone()
     if row is None:
         return None
     return SchemaTrust(
@@ -106,7 +106,7 @@ def check_install(conn: psycopg.Connection[Any], schema: str) -> None:
 
 def _foreign_objects(conn: psycopg.Connection[Any], schema: str, *, use: bool) -> list[tuple[str, str, str]]:
     with _catalog_only(conn):
-        rows = conn.execute(q("trust.foreign_objects"), {"schema": schema, "use": use}).fetchall()
+        rows = conn.execute(q("schema_trust.foreign_objects"), {"schema": schema, "use": use}).fetchall()
     return [(str(kind), str(name), str(owner)) for kind, name, owner in rows]
 
 

@@ -193,6 +193,17 @@ class EmbeddedServer:
         except OSError as exc:
             raise ServerError(_os_failure("could not stop the embedded PostgreSQL", exc)) from None
 
+    def initialised(self) -> bool:
+        """Whether the data directory holds a cluster (initdb has run), looked at without
+        creating or following anything."""
+        home_fd = self._open_home(create=False)
+        if home_fd is None:
+            return False
+        try:
+            return self._check_pgdata(home_fd) is not None and _exists(f"{DATA_DIR}/PG_VERSION", home_fd)
+        finally:
+            os.close(home_fd)
+
     def status(self) -> ServerStatus:
         pid: int | None = None
         running = self.is_running()

@@ -12,7 +12,6 @@ from wfctl import partitions, schema, validate
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import (
-    FOUND_ABOVE,
     PG_ENVIRONMENT,
     Config,
     check_schema_name,
@@ -65,6 +64,7 @@ def init(
     """
     session = Session.create(dsn, config, json)
     session.announce = False  # init says what it wrote instead
+    session.may_create = True
     for role in grant or []:
         validate.check_text(role, "--grant")
     if schema_name is not None:
@@ -114,8 +114,6 @@ def init(
             }
         )
         return
-    if cfg.origin == FOUND_ABOVE:
-        render.notice(f"using {cfg.path} (found in a parent directory)")
     for role in grant or []:
         render.notice(f"granted role {role!r} what a worker needs (read/write the wfctl tables, no DDL)")
     if not result.applied:

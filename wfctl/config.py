@@ -7,7 +7,7 @@ libpq's own ``PG*`` environment, the embedded PostgreSQL. The config file is ``-
 ``WFCTL_CONFIG``, else the nearest ``wfctl.toml`` in the current directory or its parents
 (``search_dirs``: not above ``$HOME``, a ``WFCTL_CONFIG_CEILING`` directory or a directory every
 user may write to, not across a filesystem boundary), used only if no other user could have put
-it there (``wfctl.trust``). With none found, the embedded server lives in ``./.wfctl``, never
+it there (``wfctl.config_trust``). With none found, the embedded server lives in ``./.wfctl``, never
 inside a Python package. ``[database] schema``
 puts wfctl's objects in a schema of its own: every DSN wfctl hands out then sets that
 ``search_path``.
@@ -29,7 +29,7 @@ import tomli_w
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
-from wfctl import trust
+from wfctl import config_trust
 from wfctl.connection import connect, has_secret, is_secret, mask_dsn, scrub, with_search_path
 from wfctl.errors import ConfigError, InvalidInput
 
@@ -97,13 +97,13 @@ _FOUND_KINDS = {**_KINDS, bool: "a boolean", dict: "a table", float: "a number"}
 
 
 class ConfigRefused(ConfigError):
-    """A config file found by searching that wfctl will not use (``wfctl.trust``): ``path``, and
+    """A config file found by searching that wfctl will not use (``wfctl.config_trust``): ``path``, and
     ``reason`` in words."""
 
     def __init__(self, path: Path, reason: str, origin: str) -> None:
         super().__init__(
             f"refusing {path}, found by searching: {reason}",
-            trust.HOW_TO_TRUST.format(path=path),
+            config_trust.HOW_TO_TRUST.format(path=path),
         )
         self.path = path
         self.reason = reason
@@ -221,7 +221,7 @@ def search_dirs(start: Path) -> list[Path]:
     while True:
         found.append(current)
         parent = current.parent
-        if current == home or current in stops or parent == current or trust.climb_stops_at(current):
+        if current == home or current in stops or parent == current or config_trust.climb_stops_at(current):
             return found
         try:
             if device is not None and parent.stat().st_dev != device:
@@ -308,11 +308,11 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
         if explicit:
-            named = trust.named_file_warning(path, info)
+            named = config_trust.named_file_warning(path, info)
             if named is not None:
                 warnings.append(named)
         else:
-            reason = trust.refusal(path, info)
+            reason = config_trust.refusal(path, info)
             if reason is not None:
                 raise ConfigRefused(path, reason, origin)
         try:

@@ -30,6 +30,7 @@ import psycopg
 import pytest
 import servers
 from helpers import (
+    CEILING,
     TEST_SETTINGS,
     Result,
     Server,
@@ -212,10 +213,13 @@ def conn(dsn: str) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No wfctl or libpq settings from the outside, and an empty project directory as cwd."""
+    """No wfctl or libpq settings from the outside, an empty project directory as cwd, and the
+    search for wfctl.toml kept inside the test's own directory (``WFCTL_CONFIG_CEILING``): no
+    config file above it (a stray /tmp/wfctl.toml) changes a test."""
     for name in list(os.environ):
         if name.startswith(("WFCTL_", "PG")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv(CEILING, str(tmp_path))
     project = tmp_path / "project"
     project.mkdir()
     monkeypatch.chdir(project)
@@ -235,13 +239,16 @@ def cli(clean_env: Path):
 
 
 @pytest.fixture
-def run_wfctl(clean_env: Path):
+def run_wfctl(clean_env: Path, tmp_path: Path):
     """Run wfctl as a real process (for signals, concurrency, and what a shell sees)."""
 
     def run(
         *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: Path | None = None
     ) -> Result:
         full_env = {k: v for k, v in os.environ.items()}
+        if cwd is not None and not Path(cwd).resolve().is_relative_to(tmp_path.resolve()):
+            # outside the test's directory (a short path for a socket): no search above it either
+            full_env[CEILING] = os.pathsep.join([str(tmp_path), str(cwd)])
         full_env.update(env or {})
         proc = subprocess.run(
             [sys.executable, "-m", "wfctl", *args],

@@ -83,6 +83,10 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 # -- processes ------------------------------------------------------------------------------------
 
 
+#: The variable that keeps wfctl's search for wfctl.toml from going above a directory.
+CEILING = "WFCTL_CONFIG_CEILING"
+
+
 def isolated_env(**extra: str) -> dict[str, str]:
     """This process's environment without any ``WFCTL_*`` or ``PG*`` variable, so that a child
     connects where the test says and not where the developer's shell points; plus ``extra``."""
@@ -91,12 +95,19 @@ def isolated_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def hermetic(env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """``env`` with the config search kept to ``cwd`` (unless the test set a ceiling itself):
+    no wfctl.toml above the directory a child runs in (a stray /tmp/wfctl.toml, a file in a
+    parent of the checkout) changes what it does."""
+    return {CEILING: str(cwd), **env}
+
+
 def wfctl_command(*args: str, env: dict[str, str], cwd: Path = APPS, timeout: float = 60) -> Result:
     """Run ``python -m wfctl ARGS`` to its end (from ``tests/apps`` unless told otherwise)."""
     proc = subprocess.run(
         [sys.executable, "-m", "wfctl", *args],
         cwd=cwd,
-        env=env,
+        env=hermetic(env, cwd),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -114,7 +125,7 @@ def wfctl_process(
         return subprocess.Popen(
             [sys.executable, "-m", "wfctl", *args],
             cwd=cwd,
-            env=env,
+            env=hermetic(env, cwd),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -4,8 +4,9 @@ current directory or its parents, not above $HOME and not across a filesystem bo
 directory (said once on stderr), never inside a Python package; `db status` says which config
 and data directory are in use, and why.
 
-Every test sets HOME to its own temporary directory, so the search never leaves it (a stray
-wfctl.toml in /tmp cannot change what the tests see).
+The suite's fixtures set WFCTL_CONFIG_CEILING to each test's temporary directory, so the search
+never leaves it (a stray wfctl.toml in /tmp cannot change what the tests see); some tests here
+also set HOME there, to hold the search's stop at $HOME.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def test_a_command_in_a_subdirectory_uses_the_project_database(cli, dsn, clean_e
     wid = submitted.stdout.strip()
     assert rows(dsn, "SELECT id::text FROM workflows") == [(wid,)]
     listed = cli("list", "--json")
-    assert listed.exit_code == 0 and listed.stderr == "", listed.output
+    assert listed.exit_code == 0, listed.output
+    assert listed.stderr == f"wfctl: using {config} (found in a parent directory)\n"
     assert [w["id"] for w in json.loads(listed.stdout)] == [wid]
     assert not (deep / ".wfctl").exists() and not (deep / "wfctl.toml").exists()
 
@@ -171,9 +173,10 @@ def test_inside_a_package_a_configured_database_is_fine(cli, dsn, clean_env, hom
     init = cli("init", "--dsn", dsn, "--config", str(named))
     assert init.exit_code == 0 and named.exists(), init.output
     # and the project's config, found above the package, is used from inside it
-    write_dsn_config(clean_env, dsn)
+    config = write_dsn_config(clean_env, dsn)
     listed = cli("list", "--json")
-    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "[]\n", ""), listed.output
+    said = f"wfctl: using {config} (found in a parent directory)\n"
+    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "[]\n", said), listed.output
 
 
 def root_notice(line: str) -> bool:
@@ -181,9 +184,10 @@ def root_notice(line: str) -> bool:
 
 
 def test_nothing_found_is_said_once_and_init_makes_it_the_project(run_wfctl, clean_env, tmp_path):
-    """The embedded default in the current directory: each command says so in one line on
-    stderr until `wfctl init` writes wfctl.toml; then nothing is said, and `db status` names the
-    config and the data directory with their reasons."""
+    """No project here: a command that only reads refuses in one line and creates nothing.
+    Once an embedded server exists in the current directory (`db start`), each command says in
+    one line on stderr that it uses it, until `wfctl init` writes wfctl.toml; then nothing is
+    said, and `db status` names the config and the data directory with their reasons."""
     env = {"HOME": str(tmp_path)}
     said = (
         f"wfctl: no wfctl.toml in {clean_env} or its parent directories: using the embedded PostgreSQL"
@@ -195,8 +199,19 @@ def test_nothing_found_is_said_once_and_init_makes_it_the_project(run_wfctl, cle
         assert status["config_from"] == f"no wfctl.toml in {clean_env} or its parent directories"
         assert status["data_dir_from"] == "the default in the current directory: no wfctl.toml was found"
 
+        refused = run_wfctl("list", env=env)
+        assert (refused.exit_code, refused.stdout) == (3, ""), refused.output
+        assert refused.stderr == (
+            f"wfctl: error: no wfctl project here: no wfctl.toml in {clean_env} or its parent "
+            "directories, and no database configured (`wfctl init` makes one here; or name a "
+            "database with --dsn, WFCTL_DSN or --config)\n"
+        )
+        assert list(clean_env.iterdir()) == []
+
+        started = run_wfctl("db", "start", env=env)
+        assert started.exit_code == 0, started.output
         first = run_wfctl("list", env=env)
-        assert first.exit_code == 5, first.output  # a new server, no schema yet
+        assert first.exit_code == 5, first.output  # the server made by `db start`: no schema yet
         lines = [line for line in first.stderr.splitlines() if not root_notice(line)]
         assert lines[0] == said and lines.count(said) == 1, first.stderr
         assert len(lines) == 2 and "no wfctl schema" in lines[1], first.stderr

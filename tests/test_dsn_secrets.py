@@ -149,3 +149,33 @@ def test_describe_says_what_the_defaults_are(monkeypatch, clean_env):
     monkeypatch.setenv("PGPORT", "6432")
     assert describe("") == "app@db1:6432/shop"
     assert describe("host=db2 dbname=other") == "app@db2:6432/other"
+
+
+@pytest.mark.parametrize("table", ["database", "reports"])
+def test_a_password_in_any_dsn_of_a_readable_config_draws_the_warning(clean_env, table):
+    config = clean_env / "wfctl.toml"
+    config.write_text(f'[{table}]\ndsn = "postgresql://u:{SECRET}@h/db"\n')
+    config.chmod(0o644)
+    assert load_config().warnings == (
+        f"{config} holds a password and is readable by other users: run `chmod 600 {config}`",
+    )
+    config.chmod(0o600)
+    assert load_config().warnings == ()
+
+
+@pytest.mark.parametrize("table", ["database", "reports"])
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (f'["postgresql://u:{SECRET}@h/db"]', "a list"),
+        (f'{{ password = "{SECRET}" }}', "a table"),
+        ("12", "an integer"),
+    ],
+)
+def test_a_dsn_of_the_wrong_type_is_named_without_its_value(cli, clean_env, table, value, found):
+    config = clean_env / "wfctl.toml"
+    config.write_text(f"[{table}]\ndsn = {value}\n")
+    config.chmod(0o600)
+    result = cli("list")
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == f"wfctl: error: {config}: [{table}] dsn must be a string, not {found}\n"

@@ -169,6 +169,25 @@ def test_files_of_another_user_are_refused(cli, clean_env, homes, what):
     assert postgres_processes(home) == []
 
 
+@as_root
+def test_a_hard_link_in_the_data_directory_is_not_given_away(cli, clean_env, tmp_path, homes):
+    """As root, the data directory is given to the server's user: a hard link in it to a file
+    of root's (which that user may make where the kernel allows: fs.protected_hardlinks=0)
+    gave root's file away too."""
+    victim = tmp_path / "root-only"
+    victim.write_text("root's")
+    victim.chmod(0o600)
+    pgdata = clean_env / ".wfctl" / "pgdata"
+    (pgdata / "base").mkdir(parents=True, mode=0o700)
+    pgdata.chmod(0o700)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    os.link(victim, pgdata / "base" / "linked")
+    line = error_line(cli("db", "start"))
+    assert f"{pgdata / 'base' / 'linked'} has other hard links" in line
+    assert (victim.stat().st_uid, victim.stat().st_gid) == (0, 0)
+    assert postgres_processes(clean_env) == []
+
+
 def test_a_data_directory_that_is_not_a_cluster_is_left_alone(cli, clean_env, homes):
     """An existing, non-empty directory that holds no cluster (``data_dir`` pointed at the wrong
     place): as root it was given, with everything in it, to the server's user before initdb

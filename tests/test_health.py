@@ -11,8 +11,12 @@ import signal
 import socket
 
 import psycopg
+import pytest
 from helpers import free_port, wait_for
 from psycopg import conninfo, sql
+
+from wfctl.errors import InvalidInput
+from wfctl.worker.health import HealthFile
 
 
 def probe(port: int, path: str = "/healthz") -> tuple[int, str] | None:
@@ -91,3 +95,63 @@ def test_health_options_refused_before_anything_starts(workers, tmp_path):
         assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"wfctl: error: {message}\n")
     with psycopg.connect(workers.dsn) as conn:  # none of them got as far as registering
         assert conn.execute("SELECT count(*) FROM workers").fetchone() == (0,)
+
+
+# -- the health file follows no link and removes only the file the worker made ----------------
+
+
+def test_health_file_touch_follows_no_symbolic_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    os.utime(victim, (0, 0))
+    link = tmp_path / "ready"
+    link.symlink_to(victim)
+    with pytest.raises(InvalidInput, match="it is a symbolic link"):
+        HealthFile(str(link))
+    health = HealthFile(str(tmp_path / "ready-later"))
+    (tmp_path / "ready-later").symlink_to(victim)  # planted after the worker started
+    assert health.touch() == f"left --health-file {tmp_path / 'ready-later'} alone: it is a symbolic link"
+    assert victim.stat().st_mtime == 0
+    health.remove()
+    assert (tmp_path / "ready-later").is_symlink() and victim.exists()
+
+
+def test_health_file_removal_leaves_a_file_swapped_in_meanwhile(tmp_path):
+    path = tmp_path / "ready"
+    health = HealthFile(str(path))
+    assert health.touch() is None and path.stat().st_size == 0
+    path.rename(tmp_path / "moved")  # kept, so its inode is not reused by the next file
+    path.write_text("")  # another file by the same name, not the one the worker touched
+    health.remove()
+    assert path.exists() and (tmp_path / "moved").exists()
+    path.unlink()
+    assert health.touch() is None  # the worker's own again: touched, and then removed
+    health.remove()
+    assert not path.exists()
+
+
+def test_health_file_removal_follows_no_symbolic_link(tmp_path):
+    path = tmp_path / "ready"
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    health = HealthFile(str(path))
+    assert health.touch() is None
+    path.rename(tmp_path / "moved")
+    path.symlink_to(victim)
+    health.remove()
+    assert path.is_symlink() and victim.exists()
+
+
+def test_a_file_that_is_not_the_workers_is_refused_at_start_and_kept(workers, tmp_path):
+    """A health file named in a config file was removed on exit whatever it was."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    config = tmp_path / "worker.toml"
+    config.write_text(f'[worker]\nhealth_file = "{victim}"\n')
+    result = workers.wfctl("worker", "--app", "testflows", "--burst", "--config", str(config))
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert result.stderr == (
+        f"wfctl: error: --health-file {victim}: it is not empty: the worker touches and removes "
+        "only an empty file of its own (remove it, or choose another path)\n"
+    )
+    assert victim.read_text() == "keep me"

@@ -5,8 +5,10 @@ the target). Opening a connection for a DSN is wfctl.connection's, below this mo
 Precedence, first match wins: ``--dsn``, ``WFCTL_DSN``, the config file's ``[database]`` table,
 libpq's own ``PG*`` environment, the embedded PostgreSQL. The config file is ``--config``, else
 ``WFCTL_CONFIG``, else the nearest ``wfctl.toml`` in the current directory or its parents
-(``search_dirs``: not above ``$HOME``, not across a filesystem boundary). With none found, the
-embedded server lives in ``./.wfctl``, never inside a Python package. ``[database] schema``
+(``search_dirs``: not above ``$HOME``, a ``WFCTL_CONFIG_CEILING`` directory or a directory every
+user may write to, not across a filesystem boundary), used only if no other user could have put
+it there (``wfctl.config_trust``). With none found, the embedded server lives in ``./.wfctl``, never
+inside a Python package. ``[database] schema``
 puts wfctl's objects in a schema of its own: every DSN wfctl hands out then sets that
 ``search_path``.
 """
@@ -27,6 +29,7 @@ import tomli_w
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
+from wfctl import config_trust
 from wfctl.connection import connect, has_secret, is_secret, mask_dsn, scrub, with_search_path
 from wfctl.errors import ConfigError, InvalidInput
 
@@ -83,7 +86,32 @@ SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
 #: The type of the items of each list key.
 LIST_ITEMS: dict[tuple[str, str], type] = {("worker", "types"): str}
 
+#: Keys whose value may hold a password: an error about them never shows the value.
+SECRET_KEYS = (("database", "dsn"), ("reports", "dsn"))
+
+#: Directories (separated by ``os.pathsep``) the config search does not go above.
+CEILING_ENV = "WFCTL_CONFIG_CEILING"
+
 _KINDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}
+_FOUND_KINDS = {**_KINDS, bool: "a boolean", dict: "a table", float: "a number"}
+
+
+class ConfigRefused(ConfigError):
+    """A config file found by searching that wfctl will not use (``wfctl.config_trust``): ``path``, and
+    ``reason`` in words."""
+
+    def __init__(self, path: Path, reason: str, origin: str) -> None:
+        super().__init__(
+            f"refusing {path}, found by searching: {reason}",
+            config_trust.HOW_TO_TRUST.format(path=path),
+        )
+        self.path = path
+        self.reason = reason
+        self.origin = origin
+
+    def describe(self) -> str:
+        """Where it was found, and why it is refused (``wfctl db status``)."""
+        return f"{describe_origin(self.origin, Path.cwd())}; refused: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -109,15 +137,20 @@ class Config:
 
     def describe_origin(self) -> str:
         """Why this config file, in words (``wfctl db status``)."""
-        if self.origin == FROM_OPTION:
-            return "named with --config"
-        if self.origin == FROM_ENV:
-            return "named by WFCTL_CONFIG"
-        if self.origin == FOUND_HERE:
-            return "found in the current directory"
-        if self.origin == FOUND_ABOVE:
-            return f"found in a parent directory of {self.start}"
-        return f"no {DEFAULT_CONFIG_NAME} in {self.start} or its parent directories"
+        return describe_origin(self.origin, self.start)
+
+
+def describe_origin(origin: str, start: Path | None) -> str:
+    """Why a config file (Config.origin), in words."""
+    if origin == FROM_OPTION:
+        return "named with --config"
+    if origin == FROM_ENV:
+        return "named by WFCTL_CONFIG"
+    if origin == FOUND_HERE:
+        return "found in the current directory"
+    if origin == FOUND_ABOVE:
+        return f"found in a parent directory of {start}"
+    return f"no {DEFAULT_CONFIG_NAME} in {start} or its parent directories"
 
 
 @dataclass(frozen=True)
@@ -157,12 +190,28 @@ def _home() -> Path | None:
         return None
 
 
+def ceilings() -> set[Path]:
+    """The directories in ``WFCTL_CONFIG_CEILING`` (absolute paths, ``os.pathsep`` between them;
+    relative entries are ignored)."""
+    found: set[Path] = set()
+    for entry in os.environ.get(CEILING_ENV, "").split(os.pathsep):
+        if entry and os.path.isabs(entry):
+            try:
+                found.add(Path(entry).resolve())
+            except (OSError, RuntimeError):
+                continue
+    return found
+
+
 def search_dirs(start: Path) -> list[Path]:
     """Where the config file is looked for, nearest first: ``start`` and its parents up to the
     filesystem root, but not above ``$HOME`` when ``start`` is inside it (a home directory's
-    parents hold other people's projects, not this one's settings), and not across a filesystem
-    boundary (a parent on another device), as git does."""
+    parents hold other people's projects, not this one's settings), not above a directory named
+    in ``WFCTL_CONFIG_CEILING``, not above a directory every user may write to (``/tmp``: what
+    is above it is not this project's), and not across a filesystem boundary (a parent on
+    another device), as git does. Each of those stopping directories is itself searched."""
     home = _home()
+    stops = ceilings()
     found: list[Path] = []
     current = start
     try:
@@ -172,7 +221,7 @@ def search_dirs(start: Path) -> list[Path]:
     while True:
         found.append(current)
         parent = current.parent
-        if current == home or parent == current:
+        if current == home or current in stops or parent == current or config_trust.climb_stops_at(current):
             return found
         try:
             if device is not None and parent.stat().st_dev != device:
@@ -252,9 +301,21 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
         return Config(path=path, exists=False, explicit=explicit, origin=origin, start=start)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    warnings: list[str] = []
     with handle:
         try:
             info = os.fstat(handle.fileno())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        if explicit:
+            named = config_trust.named_file_warning(path, info)
+            if named is not None:
+                warnings.append(named)
+        else:
+            reason = config_trust.refusal(path, info)
+            if reason is not None:
+                raise ConfigRefused(path, reason, origin)
+        try:
             raw = handle.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
@@ -269,9 +330,8 @@ def load_config(option: str | os.PathLike[str] | None = None, *, must_exist: boo
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     data = _validate(parsed, path)
-    warnings: list[str] = []
-    dsn = data.get("database", {}).get("dsn")
-    if dsn and has_secret(dsn) and info.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+    secret = any(has_secret(data.get(table, {}).get(key) or "") for table, key in SECRET_KEYS)
+    if secret and info.st_mode & (stat.S_IRGRP | stat.S_IROTH):
         warnings.append(f"{path} holds a password and is readable by other users: run `chmod 600 {path}`")
     return Config(
         path=path,
@@ -299,7 +359,8 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
                 raise ConfigError(f"{path}: unknown key {key!r} in [{table}] (known: {known})")
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 kind = _KINDS.get(expected, "value") if isinstance(expected, type) else "value"
-                raise ConfigError(f"{path}: [{table}] {key} must be {kind}, not {value!r}")
+                shown = _found_kind(value) if (table, key) in SECRET_KEYS else repr(value)
+                raise ConfigError(f"{path}: [{table}] {key} must be {kind}, not {shown}")
             item = LIST_ITEMS.get((table, key))
             if item is not None and not all(isinstance(v, item) for v in value):
                 kind = _KINDS.get(item, "value").split(" ", 1)[-1]
@@ -312,6 +373,14 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
         except InvalidInput as exc:
             raise ConfigError(f"{path}: {exc}") from None
     return out
+
+
+def _found_kind(value: Any) -> str:
+    """What a value is, without the value (which may hold a password)."""
+    for kind, words in _FOUND_KINDS.items():
+        if type(value) is kind:
+            return words
+    return f"a {type(value).__name__} value"
 
 
 def embedded_home(config: Config) -> tuple[Path, str]:

@@ -193,6 +193,17 @@ class EmbeddedServer:
         except OSError as exc:
             raise ServerError(_os_failure("could not stop the embedded PostgreSQL", exc)) from None
 
+    def initialised(self) -> bool:
+        """Whether the data directory holds a cluster (initdb has run), looked at without
+        creating or following anything."""
+        home_fd = self._open_home(create=False)
+        if home_fd is None:
+            return False
+        try:
+            return self._check_pgdata(home_fd) is not None and _exists(f"{DATA_DIR}/PG_VERSION", home_fd)
+        finally:
+            os.close(home_fd)
+
     def status(self) -> ServerStatus:
         pid: int | None = None
         running = self.is_running()
@@ -491,7 +502,7 @@ class EmbeddedServer:
                     f"changed the owner of {self.pgdata} and everything in it from {_user_name(owner)!r} "
                     f"to {user!r}"
                 )
-            _give_tree(pg_fd, entry.pw_uid, entry.pw_gid)
+            _give_tree(pg_fd, entry.pw_uid, entry.pw_gid, self.pgdata)
         finally:
             os.close(pg_fd)
         _make_readable(bin_dir().parent, user, self._said)
@@ -888,18 +899,27 @@ def _ensure_user(name: str, notice: Notice = _silent) -> pwd.struct_passwd:
     return entry
 
 
-def _give_tree(top_fd: int, uid: int, gid: int) -> None:
-    """Give the directory ``top_fd`` and everything in it to uid:gid, walking by descriptors
-    and changing links themselves, so that no link (even one swapped in meanwhile) leads
-    outside it."""
+def _give_tree(top_fd: int, uid: int, gid: int, top: Path) -> None:
+    """Give the directory ``top_fd`` (at ``top``) and everything in it to uid:gid, walking by
+    descriptors and changing links themselves, so that no link (even one swapped in meanwhile)
+    leads outside it. A file with other hard links is refused before it is changed: its other
+    names may be anywhere (a user who may link root's files, where the kernel allows it, would
+    otherwise have root give one of them away)."""
     st = os.fstat(top_fd)
     if (st.st_uid, st.st_gid) != (uid, gid):
         os.fchown(top_fd, uid, gid)
-    for _root, dirs, files, root_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
+    for root, dirs, files, root_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
         for name in dirs + files:
             entry = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
-            if (entry.st_uid, entry.st_gid) != (uid, gid):
-                os.chown(name, uid, gid, dir_fd=root_fd, follow_symlinks=False)
+            if (entry.st_uid, entry.st_gid) == (uid, gid):
+                continue
+            if not stat.S_ISDIR(entry.st_mode) and entry.st_nlink > 1:
+                path = os.path.normpath(top / root / name)
+                raise ServerError(
+                    f"{path} has other hard links: wfctl gives no such file to the server's user "
+                    f"(remove it, or give it to {_user_name(uid)!r} yourself)"
+                )
+            os.chown(name, uid, gid, dir_fd=root_fd, follow_symlinks=False)
 
 
 def _allow_traversal(path: Path, user: str, notice: Notice = _silent) -> None:

@@ -29,7 +29,8 @@ class InvalidInput(WfctlError, ValueError):
 
 
 class ConfigError(WfctlError):
-    """An unreadable or invalid wfctl.toml, or a DSN that cannot be parsed."""
+    """An unreadable, invalid or refused wfctl.toml, no project where one is needed, or a DSN
+    that cannot be parsed."""
 
 
 class ConnectionFailed(WfctlError):

@@ -71,7 +71,9 @@ EXIT_CODES: dict[int, str] = {
     OK: "success (including 'nothing to do')",
     INTERNAL: "unexpected internal error (run with --debug and report it)",
     USAGE: "bad input: malformed JSON, bad duration, invalid option or argument",
-    CONFIG: "invalid configuration: unreadable or invalid wfctl.toml, bad DSN syntax",
+    CONFIG: (
+        "invalid configuration: unreadable, invalid or refused wfctl.toml, bad DSN syntax, no project here"
+    ),
     CONNECTION: "database unreachable, or authentication failed",
     SCHEMA: "schema missing, too old or too new: run `wfctl init` (or upgrade wfctl)",
     NOT_FOUND: "no such workflow (or other object)",

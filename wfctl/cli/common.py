@@ -1,6 +1,9 @@
 """What every command shares: the global options, and a Session that resolves the config file
-and the connection target once, connects, and checks the schema version. With no config file
-found, the first use of the embedded default says so, once, on stderr."""
+and the connection target once, connects, and checks the schema version. A config file found in
+a parent directory is named once on stderr; with no config file found, the first use of the
+embedded default says so, once. Only the commands that set ``may_create`` (``init``, ``demo``,
+``worker``) may create the embedded server; every other one refuses, in one line, where there
+is none yet (and starts an existing, stopped one)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from wfctl import replica, schema
 from wfctl.cli import render
 from wfctl.cli.clicompat import get_current_context
 from wfctl.config import (
+    DATA_DIR_HERE,
+    FOUND_ABOVE,
     Config,
     Target,
     load_config,
@@ -24,6 +29,7 @@ from wfctl.config import (
     resolve_target,
     target_dsn,
 )
+from wfctl.errors import ConfigError, SchemaError
 
 DsnOpt = Annotated[
     str | None,
@@ -79,6 +85,9 @@ class Session:
     json: bool = False
     schema_option: str | None = None  # `wfctl init --schema`, standing for [database] schema
     announce: bool = True  # say which database wfctl chose when no config file was found
+    name_config: bool = True  # say which config file is used when it was found in a parent directory
+    quiet: bool = False  # a command's --quiet: neither of the two above
+    may_create: bool = False  # may create (initdb) the embedded server: init, demo, worker
     _config: Config | None = field(default=None, repr=False)
     _target: Target | None = field(default=None, repr=False)
     _announced: bool = field(default=False, repr=False)
@@ -100,6 +109,8 @@ class Session:
             self._config = load_config(self.config_option, must_exist=must_exist)
             for warning in self._config.warnings:
                 render.warn(warning)
+            if self._config.origin == FOUND_ABOVE and self.name_config and not self.quiet:
+                render.notice(f"using {self._config.path} (found in a parent directory)")
         return self._config
 
     def target(self) -> Target:
@@ -112,7 +123,9 @@ class Session:
         (``./.wfctl``) is used; say which, and how to make it the project's."""
         target = self.target()
         config = self.config()
-        if self._announced or not self.announce or not target.embedded or config.exists or config.explicit:
+        if self._announced or not self.announce or self.quiet or not target.embedded:
+            return
+        if config.exists or config.explicit:
             return
         self._announced = True
         render.notice(
@@ -120,7 +133,34 @@ class Session:
             f"in {target.data_dir} (`wfctl init` writes a wfctl.toml here)"
         )
 
+    def _check_may_start(self) -> None:
+        """A command that may not create the embedded server (all but ``init``, ``demo`` and
+        ``worker``) refuses, before anything is made or started, where it does not exist yet;
+        an existing one, stopped, it starts."""
+        target = self.target()
+        if self.may_create or not target.embedded:
+            return
+        from wfctl.embedded import EmbeddedServer  # loaded only for the embedded server
+
+        assert target.data_dir is not None
+        server = EmbeddedServer(target.data_dir)
+        if server.initialised():
+            return
+        config = self.config()
+        if target.data_dir_from == DATA_DIR_HERE:
+            raise ConfigError(
+                f"no wfctl project here: no wfctl.toml in {config.start} or its parent directories, "
+                "and no database configured",
+                "`wfctl init` makes one here; or name a database with --dsn, WFCTL_DSN or --config",
+            )
+        raise SchemaError(
+            f"the embedded PostgreSQL of this project has not been created yet (no cluster in "
+            f"{server.pgdata})",
+            "`wfctl init` creates it and installs the schema",
+        )
+
     def dsn(self) -> str:
+        self._check_may_start()
         self._announce()
         return target_dsn(self.target(), notice=render.notice)
 
@@ -148,6 +188,7 @@ class Session:
         return conn
 
     def connect(self, *, check_schema: bool = True, **kwargs: Any) -> psycopg.Connection[Any]:
+        self._check_may_start()
         self._announce()
         conn = open_target(self.target(), notice=render.notice, **kwargs)
         if check_schema:

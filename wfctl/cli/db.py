@@ -10,10 +10,10 @@ import typer
 from wfctl import partitions, schema, schema_trust
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
-from wfctl.config import describe_data_dir_origin, printable_dsn
+from wfctl.config import ConfigRefused, describe_data_dir_origin, printable_dsn
 from wfctl.connection import describe, mask_dsn
 from wfctl.embedded import EmbeddedServer
-from wfctl.errors import InvalidInput
+from wfctl.errors import ConnectionFailed, InvalidInput
 
 #: What `db url` says on stderr when it hid something (a word without "secret": tests look for
 #: fragments of a password such as "se cret" in everything printed).
@@ -35,10 +35,16 @@ def _embedded(session: Session) -> EmbeddedServer:
 @app.command()
 def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
     """Where the database is and why (config file, data directory), whether it runs, and the
-    schema installed in it."""
+    schema installed in it; starts nothing. When the config file is refused or the database
+    cannot be reached, which config and database, on stderr, before the error."""
     session = Session.create(dsn, config, json)
     session.announce = False  # the report says it
-    cfg = session.config()
+    session.name_config = False
+    try:
+        cfg = session.config()
+    except ConfigRefused as refused:
+        render.notice(f"config: {refused.path} ({refused.describe()})")
+        raise
     target = session.target()
     info: dict[str, object] = {
         "config": str(cfg.path) if cfg.exists else None,
@@ -64,7 +70,13 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
             return
     else:
         info.update(dsn=mask_dsn(target.dsn), database=describe(session.dsn()))
-    with session.connect(check_schema=False) as conn:
+    try:
+        conn = session.connect(check_schema=False)
+    except ConnectionFailed:
+        # an error prints nothing on stdout: which config and database, said on stderr first
+        render.notice(f"config: {info['config'] or 'none'} ({info['config_from']}); database: {info['dsn']}")
+        raise
+    with conn:
         seen = schema.overview(conn)
         trusted = schema_trust.inspect(conn, seen.schema) if seen.schema else None
         layout = partitions.layout(conn) if seen.schema_version == schema.latest_version() else None

@@ -24,6 +24,7 @@ def demo_command(
     if not 1 <= orders <= 1000:
         raise InvalidInput("--orders must be between 1 and 1000")
     session = Session.create(dsn, config)
+    session.may_create = True
     dsn_value = session.dsn()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)

@@ -208,6 +208,7 @@ def tick(
     """Fire every schedule tick that is due, once (for system cron where no worker runs all the
     time; live workers do it themselves): one line per run submitted, nothing when none was due."""
     session = Session.create(dsn, config, json)
+    session.quiet = quiet
     with session.connect() as conn:
         firing = schedules.fire_due(conn)
     if session.json:

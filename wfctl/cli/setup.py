@@ -12,7 +12,6 @@ from wfctl import partitions, schema, validate
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.config import (
-    FOUND_ABOVE,
     PG_ENVIRONMENT,
     Config,
     check_schema_name,
@@ -89,6 +88,7 @@ def init(
     """
     session = Session.create(dsn, config, json)
     session.announce = False  # init says what it wrote instead
+    session.may_create = True
     grants = _grants(grant, grant_worker, grant_submit, grant_read)
     if schema_name is not None:
         check_schema_name(schema_name)
@@ -138,8 +138,6 @@ def init(
             }
         )
         return
-    if cfg.origin == FOUND_ABOVE:
-        render.notice(f"using {cfg.path} (found in a parent directory)")
     for role, job in grants:
         render.notice(f"granted role {role!r} {_GRANTED[job]}")
     if not result.applied:

@@ -112,6 +112,8 @@ def worker(
 ) -> None:
     """Run workflows: claim, execute, checkpoint, until SIGTERM (or, with --burst, no work)."""
     session = Session.create(dsn, config)
+    session.may_create = True
+    session.quiet = quiet
     cfg = session.config()
     module = app or cfg.get("worker", "app")
     if not module:

@@ -12,7 +12,9 @@ the worker exits, so a probe checks that it exists and is recent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -100,7 +102,14 @@ class HealthServer:
 class HealthFile:
     """The readiness file: ``touch`` at each successful heartbeat, ``remove`` on exit. Its
     directory must exist (checked when it is made, so a typo fails at start, not at the first
-    beat)."""
+    beat).
+
+    The path may come from a config file, and the worker may run as root, so the file is never
+    reached through a symbolic link (``O_NOFOLLOW``, the directory's own descriptor for the
+    removal), and only a file the worker itself keeps is touched or removed: an empty regular
+    file of the user it runs as. Anything else there (another file, a link planted meanwhile)
+    is left alone, said at start as an error and later in the log. ``remove`` unlinks the name
+    only while it is still the very file the worker last touched (same device and inode)."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
@@ -109,21 +118,85 @@ class HealthFile:
             raise InvalidInput(f"--health-file {path}: the directory {parent} does not exist")
         if self.path.is_dir():
             raise InvalidInput(f"--health-file {path}: is a directory")
+        try:
+            found = os.lstat(self.path)
+        except FileNotFoundError:
+            found = None
+        except OSError as exc:
+            raise InvalidInput(f"--health-file {path}: {exc.strerror or exc}") from None
+        if found is not None:
+            problem = _not_ours(found)
+            if problem is not None:
+                raise InvalidInput(
+                    f"--health-file {path}: {problem}: the worker touches and removes only an empty "
+                    "file of its own (remove it, or choose another path)"
+                )
         self.error: str | None = None  # the last failure, so the worker logs each new one once
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file last touched
 
     def touch(self) -> str | None:
         """Create the file or move its mtime to now; the error text (new ones only) or None."""
         try:
-            self.path.touch()
+            self._touch()
         except OSError as exc:
-            text = f"cannot touch --health-file {self.path}: {exc.strerror or exc}"
-            if text != self.error:
-                self.error = text
-                return text
-            return None
+            return self._failed(f"cannot touch --health-file {self.path}: {exc.strerror or exc}")
+        except _Refused as refused:
+            return self._failed(f"left --health-file {self.path} alone: {refused}")
         self.error = None
         return None
 
+    def _failed(self, text: str) -> str | None:
+        if text != self.error:
+            self.error = text
+            return text
+        return None
+
+    def _touch(self) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Refused("it is a symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            problem = _not_ours(st)
+            if problem is not None:
+                raise _Refused(problem)
+            os.utime(fd)
+            self._identity = (st.st_dev, st.st_ino)
+        finally:
+            os.close(fd)
+
     def remove(self) -> None:
+        """Unlink the file the worker touched, if the name still leads to it."""
+        if self._identity is None:
+            return
         with contextlib.suppress(OSError):
-            os.unlink(self.path)
+            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                st = os.stat(self.path.name, dir_fd=dir_fd, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) == self._identity and _not_ours(st) is None:
+                    os.unlink(self.path.name, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+class _Refused(Exception):
+    """What is at the health file's path is not the worker's to touch."""
+
+
+def _not_ours(st: os.stat_result) -> str | None:
+    """Why a file found at the health file's path is not one the worker may touch or remove."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return "it belongs to another user"
+    if st.st_size != 0:
+        return "it is not empty"
+    if st.st_nlink > 1:
+        return "it has other hard links"
+    return None

@@ -915,6 +915,7 @@ class StatefulEngine(RuleBasedStateMachine):
         self.schedules: dict[str, dict[str, Any]] = {}  # name -> every, paused, backfill, type
         self.log_offsets: dict[int, int] = {}  # worker index -> bytes of its log looked at
         self.deployed = False  # deploy_patch ran: workers start on the patched code
+        self.stopped_by_deploy: frozenset[tuple[str, int]] = frozenset()  # (run, epoch) running then
         self.together: psycopg.Connection | None = None  # submit_crowd's one transaction
         # submit_crowd's runs of a type no limit held (none in code, none set since): for
         # invariant 15, (type, [(id, priority), ...])
@@ -1738,6 +1739,7 @@ class StatefulEngine(RuleBasedStateMachine):
         for worker in old:
             worker.killed = True
         if not self.skipping:
+            began = query(self.dsn, "SELECT clock_timestamp()")[0][0]
             for (wid,) in query(self.dsn, "SELECT id::text FROM workflows WHERE status = 'running'"):
                 if wid in self.model and any(k == "gate" for k, _ in self.model[wid].steps):
                     (self.gates / wid).touch()
@@ -1754,6 +1756,14 @@ class StatefulEngine(RuleBasedStateMachine):
                 for stop in self.stops:  # a frozen worker killed: it runs nothing more
                     if stop[0] == worker.proc.pid and stop[2] is None:
                         stop[2] = time.time()
+            # the leases the stop ended (a run handed back, or its step abandoned after the grace)
+            ended = query(
+                self.dsn,
+                "SELECT workflow_id::text, old_epoch FROM sf_audit_wf WHERE op = 'UPDATE'"
+                " AND old_status = 'running' AND at >= %s",
+                (began,),
+            )
+            self.stopped_by_deploy = frozenset((wid, int(epoch)) for wid, epoch in ended)
             self.env.figures["deploys"] += 1
             self.env.figures["parked_at_a_deploy"] += query(
                 self.dsn, "SELECT count(*) FROM workflows WHERE status = 'pending' AND wait_kind IS NOT NULL"
@@ -2186,7 +2196,7 @@ class StatefulEngine(RuleBasedStateMachine):
             self.deferred(check_step_writes, conn)
             self.deferred(check_releases, conn, self.hand_backs_explained)
             effects = read_effects(self.effects_path)
-            self.deferred(check_executions, effects, audit_wf)
+            self.deferred(check_executions, effects, audit_wf, self.stopped_by_deploy)
             self.deferred(check_steps_within_lease, effects, query(conn, LEASE_ENDS_SQL), self.stops)
             self.deferred(check_in_one_snapshot, conn)
         self.deferred(self._check_worker_logs)
@@ -2350,7 +2360,7 @@ class StatefulEngine(RuleBasedStateMachine):
         if not self.model or self.skipped_drain:
             return
         where = "after the drain"
-        for check in final_check_list(self.dsn, effects, self.model, self.stops):
+        for check in final_check_list(self.dsn, effects, self.model, self.stops, self.stopped_by_deploy):
             self.deferred(check, where=where)
         with contextlib.suppress(AssertionError):  # a violation is reported by the list above
             check_limits(self.dsn, figures)
@@ -2494,8 +2504,13 @@ def generations(audit_wf: list[tuple]) -> dict[str, list[int]]:
     return out
 
 
-def check_executions(effects: list[Effect], audit_wf: list[tuple]) -> None:
-    """Invariant 2: at most one execution of a step per epoch, and per (generation, attempt)."""
+def check_executions(
+    effects: list[Effect], audit_wf: list[tuple], stopped: frozenset[tuple[str, int]] = frozenset()
+) -> None:
+    """Invariant 2: at most one execution of a step per epoch, and per (generation, attempt).
+    ``stopped``: the leases (run, epoch) a deploy's SIGTERM ended while they ran; a step that
+    did not finish within the grace ran again under the next epoch, as the stop hands the run
+    back without counting an attempt."""
     unknown = [e for e in effects if e.epoch is None]
     assert not unknown, (
         "the effects log has no lease epochs: tests/apps/statefulflows.py epoch_of() no longer finds the "
@@ -2512,7 +2527,11 @@ def check_executions(effects: list[Effect], audit_wf: list[tuple]) -> None:
         assert e.epoch is not None
         generation = bisect.bisect_right(gens.get(e.wid, []), e.epoch)
         per_attempt[(e.wid, e.step, generation, e.attempt)].append(e.epoch)
-    again = {k: v for k, v in per_attempt.items() if len(v) > 1}
+    again = {
+        k: v
+        for k, v in per_attempt.items()
+        if len([x for x in v if (k[0], x) not in stopped]) > 1 or len(v) > 2
+    }
     assert not again, (
         "invariant 2: a step ran again without a counted attempt or a retry in between "
         f"((id, step, retry generation, attempt): epochs it ran under): {again}"
@@ -3220,10 +3239,15 @@ def with_children(dsn: str, model: dict[str, Wf]) -> dict[str, Wf]:
 
 
 def final_check_list(
-    dsn: str, effects: list[Effect], model: dict[str, Wf], stops: list[list[Any]] | None = None
+    dsn: str,
+    effects: list[Effect],
+    model: dict[str, Wf],
+    stops: list[list[Any]] | None = None,
+    stopped: frozenset[tuple[str, int]] = frozenset(),
 ) -> list:
     """The checks after the drain, one callable each (the machine reports each one's failure).
-    ``stops``: [pid, SIGSTOP time, SIGCONT time or None] of every worker pause."""
+    ``stops``: [pid, SIGSTOP time, SIGCONT time or None] of every worker pause; ``stopped``: the
+    leases a deploy's SIGTERM ended (``check_executions``)."""
     model = with_children(dsn, model)
     workflows = {
         str(r[0]): r[1:]
@@ -3476,7 +3500,7 @@ def final_check_list(
         patches_only_where_they_belong,
         lambda: check_transitions(audit_wf),
         lambda: check_step_writes(dsn),
-        lambda: check_executions(effects, audit_wf),
+        lambda: check_executions(effects, audit_wf, stopped),
         lambda: check_coordination(dsn),
         lambda: check_limits(dsn),
         lambda: check_schedules(dsn),

@@ -9,7 +9,7 @@ Run from the repository root. Two phases, each in two fresh databases (one per l
   - warm (as the throughput benchmark's protocol): W ``wfctl worker`` processes started first,
     on tables just emptied and analyzed, and warmed by a batch of 50 per worker (so every
     statement of theirs is planned), then the N submitted in one statement (so the plans were
-    built on statistics of nearly empty tables: docs/architecture.md, "The hot path"), timed
+    built on statistics of nearly empty tables: docs/explanation/partitions.md), timed
     from its return until all N are seen completed (polled every 20 ms: whether one is still
     pending or running);
   - cold: the N submitted first, then W ``wfctl worker --burst`` processes started and timed

@@ -1,4 +1,4 @@
-"""wfctl.toml and the DSN precedence of docs/architecture.md, "Connection precedence"."""
+"""wfctl.toml and the DSN precedence of docs/explanation/trust.md, "The config file"."""
 
 from __future__ import annotations
 

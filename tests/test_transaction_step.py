@@ -1,6 +1,6 @@
 """``ctx.transaction``: the application's writes commit with the step's checkpoint, fenced by
 the lease, exactly once however often the worker is killed, frozen, cancelled or cut off around
-the step (docs/architecture.md, "Transactional steps")."""
+the step (docs/explanation/transactions.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""wfctl.toml and the connection precedence (docs/architecture.md): which database a command uses
+"""wfctl.toml and the connection precedence (docs/explanation/trust.md): which database a command uses
 (a Target), and the DSN and the connection for it (starting the embedded server when that is
 the target). Opening a connection for a DSN is wfctl.connection's, below this module.
 
@@ -403,7 +403,7 @@ def embedded_data_dir(config: Config) -> Path:
 
 
 def resolve_target(dsn_option: str | None, config: Config, *, schema: str | None = None) -> Target:
-    """Apply the precedence (docs/architecture.md) and say where the answer came from. Something that
+    """Apply the precedence (docs/explanation/trust.md) and say where the answer came from. Something that
     names a database but is empty (``--dsn ""``, ``WFCTL_DSN=``, ``dsn = ""``) is an error, as
     is ``embedded = false`` with nothing else configured: none of them falls back to the
     embedded server. With no config file found, the embedded server's default home is

@@ -2,7 +2,7 @@
 --
 -- workflows and workflow_steps keep every column of the reference design with the same name,
 -- type family and meaning (see tests/data/reference-design.sql in the source repository, and
--- docs/architecture.md, "Data model"); the columns after the reference ones are what durable
+-- docs/reference/sql.md); the columns after the reference ones are what durable
 -- execution needs. Released migrations are never edited beyond their comments (nothing keeps a
 -- checksum of their text): change the schema with a new numbered file.
 

@@ -24,8 +24,7 @@
 -- planner settings (its picks and key probes are ordered index scans with LIMIT; its counts of
 -- running rows read the status index either way).
 --
--- Per-table storage and autovacuum settings (docs/architecture.md, "Tables under load", says why
--- each): a queue's tables change far faster than the defaults assume, and the defaults scale
+-- Per-table storage and autovacuum settings (each says why at its ALTER TABLE below): a queue's tables change far faster than the defaults assume, and the defaults scale
 -- with the table's size, so a table holding months of history would wait for millions of dead
 -- rows before a vacuum.
 

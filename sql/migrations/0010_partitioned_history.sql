@@ -26,7 +26,7 @@
 -- partitioned): wfctl_partition_start, wfctl_partition_interval, wfctl_partitions,
 -- wfctl_create_partition, wfctl_ensure_partitions, wfctl_prune_partition,
 -- wfctl_partition_convert, wfctl_idempotency_guard (the trigger that keeps an idempotency key
--- unique across partitions). docs/architecture.md, "The partitioned layout", explains them.
+-- unique across partitions). docs/explanation/partitions.md explains them.
 
 ALTER TABLE workflow_steps ADD COLUMN workflow_created_at timestamptz;
 ALTER TABLE workflow_attempts ADD COLUMN workflow_created_at timestamptz;

@@ -23,7 +23,7 @@
 --    claimed since its own last claim. Rows that land behind the key (a submit whose
 --    transaction committed after later rows were claimed, a claim rolled back, a run handed
 --    back by recovery with an older run_at) are taken by the worker's scan from the head, which
---    it makes at least once a second (docs/architecture.md, "The claim's frontier"). Without a
+--    it makes at least once a second (docs/explanation/claim.md, "The frontier"). Without a
 --    key (NULL) the function scans from the head, as in version 9.
 --
 -- Ids: the partitioned layout (0010) keeps the default, as its conversion copies defaults.

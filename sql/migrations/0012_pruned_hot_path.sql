@@ -4,7 +4,7 @@
 -- wfctl_claim_ready takes a floor (p_floor) and returns each run's created_at with its id.
 --
 -- - The floor: a worker in the partitioned layout passes, between its scans from the head of
---   the runnable index (at least one a second, docs/architecture.md, "The claim's frontier"),
+--   the runnable index (at least one a second, docs/explanation/claim.md, "The frontier"),
 --   the oldest created_at its last such scan took; the pick then reads only the runs created
 --   from the floor to an hour from now. Both bounds are known when each of its statements
 --   starts, so the partitions outside them are pruned before they are opened: every pending

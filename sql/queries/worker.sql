@@ -263,7 +263,7 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- The workflows and workflow_attempts it updates are placeholders, filled with those tables
 -- or, in the partitioned layout, with the partitions that hold the batch's runs
 -- (wfctl/worker/targets.py): a plan over one partition neither probes nor locks the other
--- intervals' (docs/architecture.md, "The hot path").
+-- intervals' (docs/explanation/partitions.md, "The hot path").
 WITH r AS (
     SELECT *
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[], %(require)s::text[], %(expects)s::int[],

@@ -4,7 +4,7 @@ transaction that writes the step's checkpoint, fenced by the lease epoch in that
 The application's writes and the checkpoint commit together or not at all, so they happen
 exactly once however the worker dies: before the commit nothing of either is stored and the
 step runs again on replay; after it, the replay returns the checkpoint and ``fn`` is not
-called again. The order inside the transaction (docs/architecture.md, "Transactional steps"):
+called again. The order inside the transaction (docs/explanation/transactions.md):
 
 1. ``SET LOCAL idle_in_transaction_session_timeout`` to the worker's ``dead_after``: a worker
    frozen inside the transaction loses it (and every lock it holds) once the others would take

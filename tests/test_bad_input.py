@@ -1,7 +1,7 @@
 """The bad-input catalogue: one row per way to hand wfctl something wrong.
 
 Each row is (command line, the bad input or the setup that makes it bad, a fragment of the
-expected message, the exit code from the README's table, what the database must look like
+expected message, the exit code from the exit-code reference's table, what the database must look like
 afterwards). Every row is run against a real PostgreSQL and checked for:
 
 - the exit code;

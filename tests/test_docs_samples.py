@@ -1,12 +1,9 @@
-"""The code in docs/api.md, docs/testing.md and docs/operations.md runs and does what the text
-says.
-
-A Markdown comment right before a code block marks it: ``<!-- sample: run -->`` (a Python script,
-run with ``WFCTL_DSN`` naming a scratch database with the schema installed), ``<!-- sample: file
-PATH -->`` (written to PATH in a scratch project, in which the scripts run; test files among
-them are run with pytest, as the testing guide says to), ``<!-- sample: sql -->`` (run in the
-scratch database before the scripts), ``<!-- sample: signature -->`` (a call's signature, shown
-as Python but not code). Every other Python block must at least compile.
+"""The documentation's scripts run and do what the text says (``tests/site_samples.py`` says how a
+block is marked): every ``script`` sample of every page, in its page's project, against a scratch
+database with no worker; the testing guide's project, run with pytest as the guide says to; the
+cancel-then-retry scenario of the guide on steps that run twice; and the facts the pages state
+about the code (the exception table, the schema version, the keys of ``wfctl workers --json``).
+Every other Python block must at least compile.
 """
 
 from __future__ import annotations
@@ -20,84 +17,50 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import HERE, isolated_env, rows, wait_for, wfctl_command, wfctl_process
+from helpers import isolated_env, rows, wait_for, wfctl_command, wfctl_process
 from markdown_blocks import Block, blocks
+from site_samples import DOCS, README, every, page_files, pages, samples, shop_files, write
+from site_samples import name as page_name
 
 import wfctl
-from wfctl import exits
+from wfctl import exits, schema
 
-DOCS = HERE.parent / "docs"
-API, TESTING, OPERATIONS = DOCS / "api.md", DOCS / "testing.md", DOCS / "operations.md"
-SAMPLED = [API, TESTING, OPERATIONS]
+GUIDES, REFERENCE = DOCS / "guides", DOCS / "reference"
+TESTING, TWICE = GUIDES / "testing.md", GUIDES / "idempotent-steps.md"
+EXIT_CODES = REFERENCE / "exit-codes.md"
 
-pytestmark = pytest.mark.skipif(not API.exists(), reason="needs the source tree")
-
-
-@dataclass
-class Samples:
-    files: dict[str, str] = field(default_factory=dict)
-    runs: list[Block] = field(default_factory=list)
-    sql: list[str] = field(default_factory=list)
-
-
-def samples(document: Path) -> Samples:
-    found = Samples()
-    for block in blocks(document):
-        if block.marker is None or not block.marker.startswith("sample:"):
-            continue
-        kind, _, arg = block.marker.removeprefix("sample:").strip().partition(" ")
-        if kind == "run":
-            assert block.lang == "python" and not arg
-            found.runs.append(block)
-        elif kind == "file":
-            assert arg and not arg.startswith("/") and ".." not in arg, block.marker
-            found.files[arg] = block.text
-        elif kind == "sql":
-            assert block.lang == "sql"
-            found.sql.append(block.text)
-        elif kind == "signature":  # a call's signature, not code to compile
-            assert not arg
-        else:
-            raise AssertionError(f"{document.name}:{block.line}: unknown marker {block.marker!r}")
-    return found
+pytestmark = pytest.mark.skipif(not README.exists(), reason="needs the source tree")
 
 
 def project(document: Path, root: Path) -> Path:
-    """The document's file samples, written out as a project."""
+    """The page's own project: its file samples outside the shop, written out."""
     root.mkdir(exist_ok=True)
-    for name, text in samples(document).files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+    return write(root, page_files(document))
 
 
 def test_every_python_block_compiles_and_every_marker_is_known():
     count = 0
-    for document in SAMPLED:
+    for document in pages():
         samples(document)  # unknown markers fail here
         for block in blocks(document):
             if block.lang == "python" and block.marker != "sample: signature":
-                compile(block.text, f"{document.name}:{block.line}", "exec")
+                compile(block.text, f"{page_name(document)}:{block.line}", "exec")
                 count += 1
-    assert count >= 10
-    assert len(samples(API).runs) >= 4 and len(samples(TESTING).files) >= 5
+    assert count >= 35
+    assert len(every("scripts")) >= 6 and len(samples(TESTING).files) >= 5
 
 
-def api_runs() -> list[Block]:
-    return samples(API).runs if API.exists() else []
-
-
-@pytest.mark.parametrize("block", api_runs(), ids=lambda b: f"api.md:{b.line}")
-def test_api_sample_runs(block, dsn, tmp_path):
+@pytest.mark.parametrize(
+    "page, block", [pytest.param(p, b, id=f"{page_name(p)}:{b.line}") for p, b in every("scripts")]
+)
+def test_script_sample_runs(page: Path, block: Block, dsn, tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", block.text],
-        cwd=project(API, tmp_path / "project"),
+        cwd=project(page, tmp_path / "project"),
         env=isolated_env(WFCTL_DSN=dsn),
         capture_output=True,
         text=True,
@@ -110,9 +73,42 @@ def test_api_sample_runs(block, dsn, tmp_path):
         assert said in result.stdout, f"{said!r} not printed: {result.stdout}"
 
 
+def test_every_schema_version_named_is_the_latest():
+    """A page that shows the schema version `wfctl init` reports shows the real one."""
+    latest = schema.latest_version()
+    named = [
+        (page_name(page), int(number))
+        for page in pages()
+        for number in re.findall(r"schema version (\d+)", page.read_text())
+    ]
+    assert [(page, number) for page, number in named if number != latest] == []
+
+
+def test_the_workers_json_keys_are_the_documented_ones(dsn, tmp_path):
+    """Every key of `wfctl workers --json` is named where the operations guide describes it,
+    with the heartbeat's age and interval told apart."""
+    guide = (GUIDES / "operate.md").read_text()
+    paragraph = guide[guide.index("`--json` gives each worker") :].split("\n\n")[0]
+    log = tmp_path / "worker.log"
+    args = ["worker", "--app", "testflows", "--heartbeat", "200ms", "--log-format", "plain"]
+    proc = wfctl_process(args, env=isolated_env(WFCTL_DSN=dsn), log_path=log)
+    try:
+        wait_for(lambda: " ready " in log.read_text() or proc.poll() is not None, what="the worker")
+        shown = wfctl_command("workers", "--json", env=isolated_env(WFCTL_DSN=dsn))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert shown.exit_code == 0, shown.stderr
+    (worker,) = json.loads(shown.stdout)
+    assert [key for key in worker if f"`{key}`" not in paragraph] == []
+    assert (
+        "`heartbeat_age_seconds` (the age" in paragraph and "`heartbeat_seconds` (the interval" in paragraph
+    )
+
+
 def test_exception_table_matches_the_exit_codes():
     table = {}
-    for line in API.read_text().splitlines():
+    for line in EXIT_CODES.read_text().splitlines():
         match = re.match(r"^\| `wfctl\.(\w+)` \| ([^|]+) \| [^|]+ \| (\d+) \|$", line)
         if match:
             table[match.group(1)] = (match.group(2).strip(), int(match.group(3)))
@@ -126,8 +122,8 @@ def test_exception_table_matches_the_exit_codes():
     # has a row without an exit code
     verdicts = {name for name in exported if issubclass(getattr(wfctl, name), wfctl.PermanentError)}
     assert set(table) == exported - {"WfctlError"} - verdicts
-    assert "`wfctl.PermanentError`" in API.read_text()
-    assert "| `wfctl.ChildFailed` | `PermanentError` |" in API.read_text()
+    assert "`wfctl.PermanentError`" in EXIT_CODES.read_text()
+    assert "| `wfctl.ChildFailed` | `PermanentError` |" in EXIT_CODES.read_text()
     for name, (parents, code) in table.items():
         cls = getattr(wfctl, name)
         assert exits.code_for(cls.__new__(cls)) == code, name  # code_for reads only the class
@@ -202,12 +198,12 @@ def _cwd_under(proc: Path, root: Path) -> bool:
         return False
 
 
-# -- operations.md: cancel with the step in flight, then retry ----------------------------------
+# -- the guide on steps that run twice: cancel with the step in flight, then retry ------------
 
 
 def test_cancel_in_flight_then_retry_runs_the_step_again_once_in_effect(dsn, tmp_path):
-    guide = samples(OPERATIONS)
-    root = project(OPERATIONS, tmp_path / "shop")
+    guide = samples(TWICE)
+    root = write(tmp_path / "shop", {"shop/__init__.py": "", **shop_files()})
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in guide.sql:
             conn.execute(statement)
@@ -216,11 +212,9 @@ def test_cancel_in_flight_then_retry_runs_the_step_again_once_in_effect(dsn, tmp
     env = isolated_env(WFCTL_DSN=dsn, SHOP_DSN=dsn)
     # hold the step inside its INSERT: an uncommitted row with its key makes it wait
     blocker = psycopg.connect(dsn)
-    blocker.execute(
-        "INSERT INTO payments (idempotency_key, order_id, amount) VALUES (%s, 'o-1', 5)", (key,)
-    )
+    blocker.execute("INSERT INTO payments (idempotency_key, order_id, amount) VALUES (%s, 'o-1', 5)", (key,))
     log = tmp_path / "worker.log"
-    args = ["worker", "--app", "shop.payments", "--poll", "100ms", "--heartbeat", "200ms"]
+    args = ["worker", "--app", "shop.charges", "--poll", "100ms", "--heartbeat", "200ms"]
     args += ["--log-format", "plain"]
     proc = wfctl_process(args, env=env, log_path=log, cwd=root)
     try:

@@ -1,8 +1,8 @@
 """The production examples in examples/ work as written, as far as this
-machine can run them: the README quotes them unchanged; each cron line runs under cron's own
+machine can run them: the deployment guide quotes them unchanged; each cron line runs under cron's own
 environment (``PATH=/usr/bin:/bin``, no WFCTL_* or PG*, from ``/``) against a test database,
 with the example's paths replaced by this checkout's; the systemd unit passes ``systemd-analyze
-verify`` (where it is installed), its keys say what the README says, its ExecStart runs a worker
+verify`` (where it is installed), its keys say what the deployment guide says, its ExecStart runs a worker
 and the exit codes it refuses to restart on are the ones wfctl gives for those failures; the
 Kubernetes manifests parse, their commands parse with wfctl's own command line, and the jobs run
 with the ConfigMap's wfctl.toml and the password in PGPASSWORD, as the pods would."""
@@ -43,7 +43,7 @@ EXAMPLES = ROOT / "examples"
 CRON = EXAMPLES / "cron" / "wfctl.cron"
 UNIT = EXAMPLES / "systemd" / "wfctl-worker@.service"
 K8S = EXAMPLES / "kubernetes"
-QUOTING = [ROOT / "README.md"]  # the documents that quote the examples
+QUOTING = [ROOT / "docs" / "guides" / "deploy.md"]  # the documents that quote the examples
 
 pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason="needs the source tree")
 
@@ -75,7 +75,7 @@ def write_config(path: Path, dsn: str) -> Path:
     return path
 
 
-# -- the README quotes the files --------------------------------------------------------------
+# -- the deployment guide quotes the files --------------------------------------------------------------
 
 
 def example_files() -> list[Path]:
@@ -108,9 +108,9 @@ def test_every_example_names_itself_and_is_quoted_unchanged():
         name = path.relative_to(ROOT).as_posix()
         text = path.read_text()
         assert text.startswith(f"# {name}:"), f"{name} must start with a comment naming itself"
-        assert name in quoted, f"{name} is not quoted in the README"
+        assert name in quoted, f"{name} is not quoted in the deployment guide"
         for block in quoted[name]:
-            assert block == text, f"the README's copy of {name} differs from the file"
+            assert block == text, f"the deployment guide's copy of {name} differs from the file"
     assert set(quoted) <= {p.relative_to(ROOT).as_posix() for p in files}, "a quoted file is missing"
 
 

@@ -1,5 +1,5 @@
 """Every command's --dsn, --config and --json against one table: a new
-command fails here until it is classified, and the README's paragraph on these options names
+command fails here until it is classified, and the configuration reference's paragraph on these options names
 every command that lacks one of them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import typer
 from wfctl.cli.app import app
 from wfctl.cli.completion import command_tree
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CONFIGURATION = Path(__file__).resolve().parent.parent / "docs" / "reference" / "configuration.md"
 COMMON = frozenset({"--dsn", "--config", "--json"})
 ALL = COMMON
 NO_JSON = frozenset({"--dsn", "--config"})
@@ -75,15 +75,15 @@ def test_the_global_options_are_all_three():
     assert frozenset(n for o in root.options for n in o.names) >= COMMON
 
 
-@pytest.mark.skipif(not README.exists(), reason="needs the source tree")
-def test_the_readme_names_every_exception():
-    text = README.read_text()
+@pytest.mark.skipif(not CONFIGURATION.exists(), reason="needs the source tree")
+def test_the_configuration_reference_names_every_exception():
+    text = CONFIGURATION.read_text()
     match = re.search(r"^Every command takes `--dsn` and `--config`.*?(?=\n\n)", text, re.S | re.M)
-    assert match, "the README's paragraph on --dsn, --config and --json is gone"
+    assert match, "the configuration reference's paragraph on --dsn, --config and --json is gone"
     paragraph = " ".join(match.group(0).split())
     for name, options in EXPECTED.items():
         if options != ALL:
-            assert f"`wfctl {name}`" in paragraph, f"the README does not say what `wfctl {name}` lacks"
+            assert f"`wfctl {name}`" in paragraph, f"the reference does not say what `wfctl {name}` lacks"
     for name, options in EXPECTED.items():
         if options == ALL:
-            assert f"`wfctl {name}`" not in paragraph, f"the README names `wfctl {name}` as an exception"
+            assert f"`wfctl {name}`" not in paragraph, f"the reference names `wfctl {name}` as an exception"

@@ -303,9 +303,9 @@ def test_through_pgbouncer_the_schema_needs_the_role_s_search_path(cli, bouncer,
         pgbouncer_admin(bouncer, "RELOAD")
 
 
-def test_the_readme_names_every_object_wfctl_creates(cli, empty_dsn, clean_env):
-    """The README's list under `wfctl init` against what the migrations really create."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+def test_the_sql_reference_names_every_object_wfctl_creates(cli, empty_dsn, clean_env):
+    """The SQL reference's list of objects against what the migrations really create."""
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "sql.md").read_text()
     start = readme.index("What wfctl creates, all in one schema")
     section = readme[start : readme.index("\n\n", readme.index("\n- ", start))]
     assert cli("init", "--schema", "wf", "--dsn", empty_dsn).exit_code == 0

@@ -1,15 +1,8 @@
-"""The README's samples of coordination (messages, events, child workflows, results,
-deadlines, ``ctx.patched``) and of flow control run on a real worker and do what the
-text says.
-
-A Markdown comment right before a code block of the README marks it: ``<!-- sample: file PATH
--->`` (a module of the sample application, written to PATH in a scratch project),
-``<!-- sample: run -->`` (a Python script, run with ``WFCTL_DSN`` naming a scratch database while a
-worker runs every file sample; ``print(...)  # text`` says what the line prints),
-``<!-- sample: deploy N PATH -->`` (version N of a module, deployed in turn to a worker that is
-restarted each time: the ``ctx.patched`` walk-through), ``<!-- sample: sql -->`` (run against a
-workflow with the id the block names) and ``<!-- sample: console -->`` (every ``wfctl`` command
-in it parses with wfctl's own command line).
+"""The samples of the README and the documentation site that run on the shop application
+(``tests/site_samples.py`` says how a block is marked): every ``run`` sample on a real worker
+that runs every file sample under ``shop/``, every console sample's ``wfctl`` commands against
+wfctl's own command line, the message sent from SQL, and the ``ctx.patched`` walk-through
+deployed in turn to a worker.
 """
 
 from __future__ import annotations
@@ -21,67 +14,33 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import HERE, isolated_env, rows, wait_for, wfctl_command, wfctl_process
-from markdown_blocks import Block, blocks
+from helpers import isolated_env, rows, wait_for, wfctl_command, wfctl_process
+from markdown_blocks import Block
+from site_samples import README, every, name, pages, samples, shop_files, write
 
 import wfctl
 
-README = HERE.parent / "README.md"
-APP = "readme_app"  # the module that imports every file sample, for one worker to run them all
+APP = "shop_app"  # the module that imports every file sample, for one worker to run them all
 
 pytestmark = pytest.mark.skipif(not README.exists(), reason="needs the source tree")
 
 
-@dataclass
-class Samples:
-    files: dict[str, str] = field(default_factory=dict)
-    runs: list[Block] = field(default_factory=list)
-    deploys: dict[int, tuple[str, str]] = field(default_factory=dict)
-    sql: list[str] = field(default_factory=list)
-    consoles: list[Block] = field(default_factory=list)
-
-
-def samples() -> Samples:
-    found = Samples()
-    for block in blocks(README):
-        if block.marker is None or not block.marker.startswith("sample:"):
-            continue
-        kind, _, arg = block.marker.removeprefix("sample:").strip().partition(" ")
-        if kind == "file":
-            assert block.lang == "python" and arg.startswith("shop/"), block.marker
-            found.files[arg] = block.text
-        elif kind == "run":
-            assert block.lang == "python" and not arg, block.marker
-            found.runs.append(block)
-        elif kind == "deploy":
-            number, _, path = arg.partition(" ")
-            found.deploys[int(number)] = (path, block.text)
-        elif kind == "sql":
-            assert block.lang == "sql", block.marker
-            found.sql.append(block.text)
-        elif kind == "console":
-            assert block.lang == "console", block.marker
-            found.consoles.append(block)
-        else:
-            raise AssertionError(f"README.md:{block.line}: unknown marker {block.marker!r}")
-    return found
-
-
 def project(root: Path) -> Path:
-    """The file samples written out as a project, with the module a worker runs them from."""
-    found = samples()
-    (root / "shop").mkdir(parents=True)
-    (root / "shop" / "__init__.py").write_text("")
-    for name, text in found.files.items():
-        (root / name).write_text(text)
-    modules = ", ".join(Path(name).stem for name in sorted(found.files))
+    """The shop written out as a project, with the module a worker runs it from."""
+    files = shop_files()
+    write(root, {"shop/__init__.py": "", **files})
+    modules = ", ".join(Path(path).stem for path in sorted(files) if path.count("/") == 1)
     (root / f"{APP}.py").write_text(f"from shop import {modules}  # noqa: F401\n")
     return root
+
+
+def deploys() -> dict[int, tuple[str, str]]:
+    (found,) = [samples(page).deploys for page in pages() if samples(page).deploys]
+    return found
 
 
 def start_worker(root: Path, dsn: str, app: str, log: Path) -> subprocess.Popen[bytes]:
@@ -100,27 +59,27 @@ def stop_worker(proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_every_sample_is_known_and_compiles():
-    found = samples()
-    for text in [
-        *found.files.values(),
-        *(b.text for b in found.runs),
-        *(t for _, t in found.deploys.values()),
-    ]:
-        compile(text, "README.md", "exec")
-    assert set(found.files) >= {
+    texts = [(name(page), b.text) for page, b in [*every("runs"), *every("scripts")]]
+    texts += [("shop", text) for text in shop_files().values()]
+    texts += [("deploy", text) for _, text in deploys().values()]
+    for where, text in texts:
+        compile(text, where, "exec")
+    assert set(shop_files()) >= {
+        "shop/orders.py",
         "shop/approvals.py",
         "shop/checkout.py",
         "shop/reports.py",
         "shop/parcels.py",
         "shop/quotas.py",
     }
-    assert len(found.runs) >= 5 and sorted(found.deploys) == [0, 1, 2] and found.sql and found.consoles
+    assert len(samples(README).runs) >= 1 and samples(README).consoles
+    assert len(every("runs")) >= 8 and sorted(deploys()) == [0, 1, 2] and len(every("consoles")) >= 10
 
 
 @pytest.mark.parametrize(
-    "block", samples().runs if README.exists() else [], ids=lambda b: f"README.md:{b.line}"
+    "page, block", [pytest.param(p, b, id=f"{name(p)}:{b.line}") for p, b in every("runs")]
 )
-def test_run_sample(block, dsn, tmp_path):
+def test_run_sample(page: Path, block: Block, dsn, tmp_path):
     root = project(tmp_path / "project")
     log = tmp_path / "worker.log"
     worker = start_worker(root, dsn, APP, log)
@@ -144,7 +103,7 @@ def test_run_sample(block, dsn, tmp_path):
 
 
 def test_sql_sample_sends_a_message(dsn, conn):
-    (statement,) = samples().sql
+    (statement,) = [sql for page in pages() for sql in samples(page).sql if "wfctl_send(" in sql]
     (wid,) = re.findall(r"'([0-9a-f-]{36})'", statement)
     conn.execute("INSERT INTO workflows (id, workflow_type) VALUES (%s, 'refund')", (wid,))
     first = conn.execute(statement).fetchone()
@@ -182,13 +141,13 @@ def _parse(args: list[str]) -> None:
 
 def test_console_samples_use_real_commands():
     count = 0
-    for block in samples().consoles:
+    for _, block in every("consoles"):
         for line in block.text.splitlines():
             if line.startswith("$ "):
                 for args in _wfctl_commands(line[2:]):
                     _parse(args)
                     count += 1
-    assert count >= 10
+    assert count >= 30
 
 
 def test_patched_deploy_walkthrough(dsn, tmp_path):
@@ -196,7 +155,7 @@ def test_patched_deploy_walkthrough(dsn, tmp_path):
     README's steps say: a run from before deploy 1 finishes on its old steps, a run that took the
     patch finishes after deploy 2 (its marker skipped), the check of step 2 names the run that is
     not safe, and that run fails under deploy 2."""
-    deploys = samples().deploys
+    versions = deploys()
     root = tmp_path / "project"
     (root / "shop").mkdir(parents=True)
     (root / "shop" / "__init__.py").write_text("")
@@ -204,7 +163,7 @@ def test_patched_deploy_walkthrough(dsn, tmp_path):
     env = isolated_env(WFCTL_DSN=dsn)
 
     def deploy(number: int) -> subprocess.Popen[bytes]:
-        path, text = deploys[number]
+        path, text = versions[number]
         (root / path).write_text(text)
         return start_worker(root, dsn, "shop.shipments", log)
 
@@ -236,7 +195,7 @@ def test_patched_deploy_walkthrough(dsn, tmp_path):
 
     # step 2's check: the oldest unfinished run was created before the deploy, so not yet
     if shutil.which("jq"):
-        (block,) = [b for b in samples().consoles if "jq" in b.text]
+        (block,) = [b for _, b in every("consoles") if "jq" in b.text]
         (command,) = [line[2:] for line in block.text.splitlines() if line.startswith("$ ")]
         check = subprocess.run(
             ["bash", "-c", command.replace("wfctl ", f"{sys.executable} -m wfctl ")],
@@ -279,13 +238,13 @@ def test_patched_is_true_on_new_runs_false_on_replays_of_old_ones():
     from wfctl.registry import Registry
 
     modules = {}
-    for number, (_, text) in samples().deploys.items():
+    for number, (_, text) in deploys().items():
         registry = Registry()  # each version in a registry of its own
         private = text.replace(
             '@wfctl.workflow("shipment")', '@wfctl.workflow("shipment", registry=registry)'
         )
         assert private != text
-        exec(compile(private, f"README.md, deploy {number}", "exec"), {"registry": registry})
+        exec(compile(private, f"deploy {number}", "exec"), {"registry": registry})
         entry = registry.get("shipment")
         assert entry is not None
         modules[number] = entry.fn
@@ -307,7 +266,7 @@ def test_patched_is_true_on_new_runs_false_on_replays_of_old_ones():
     assert run(2, MemoryJournal(dict(fresh.steps))) == {"label": "UPS-X"}  # the marker is skipped
 
 
-def test_readme_shows_every_wait_exit_code():
-    text = README.read_text()
+def test_the_coordination_guide_shows_every_wait_exit_code():
+    text = (README.parent / "docs" / "guides" / "coordination.md").read_text()
     for code, meaning in ((0, "completed"), (11, "failed"), (12, "cancelled"), (13, "passed first")):
         assert re.search(rf"^\| {code} \| [^|]*{meaning}", text, re.M), code

@@ -429,10 +429,11 @@ def test_a_locked_schedule_is_skipped_not_waited_for(dsn, cli):
 # -- the command line -----------------------------------------------------------------------------
 
 
-def test_the_readme_schedule_sample_runs_on_a_worker(dsn, cli, tmp_path):
-    """The README's shop/digest.py on a real worker, and its session's commands."""
-    readme = [b for b in blocks(HERE.parent / "README.md") if b.marker == "sample: file shop/digest.py"]
-    session = [b for b in blocks(HERE.parent / "README.md") if "wfctl schedule trigger" in b.text]
+def test_the_schedules_guide_sample_runs_on_a_worker(dsn, cli, tmp_path):
+    """The schedules guide's shop/digest.py on a real worker, and its session's commands."""
+    guide = HERE.parent / "docs" / "guides" / "schedules.md"
+    readme = [b for b in blocks(guide) if b.marker == "sample: file shop/digest.py"]
+    session = [b for b in blocks(guide) if "wfctl schedule trigger" in b.text]
     assert len(readme) == 1 and len(session) == 1
     root = tmp_path / "project"
     (root / "shop").mkdir(parents=True)

@@ -219,3 +219,21 @@ def test_the_generator_refuses_bad_arguments_in_one_line(args):
     assert out.returncode == 2
     assert out.stderr == "usage: python -m wfctl.cli.docgen DIRECTORY\n"
     assert out.stdout == ""
+
+
+def test_a_directory_that_cannot_be_written_is_one_line_and_exit_1(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "wfctl.cli.docgen", str(blocker / "cli")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert (
+        out.stderr
+        == f"wfctl.cli.docgen: error: cannot write the pages into {blocker / 'cli'}: Not a directory\n"
+    )
+    assert blocker.read_text() == "not a directory\n"

@@ -263,7 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print(f"usage: {REGENERATE.rsplit(' ', 1)[0]} DIRECTORY", file=sys.stderr)
         return 2
-    write(Path(args[0]), typer.main.get_command(app))
+    try:
+        write(Path(args[0]), typer.main.get_command(app))
+    except OSError as exc:
+        print(
+            f"wfctl.cli.docgen: error: cannot write the pages into {args[0]}: {exc.strerror}", file=sys.stderr
+        )
+        return 1
     return 0
 
 

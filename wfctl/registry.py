@@ -39,6 +39,9 @@ class WorkflowType:
 
 @dataclass
 class Registry:
+    """Workflow types by name. ``@wfctl.workflow`` adds to the default one, which ``wfctl worker
+    --app`` fills by importing the module; a test can pass its own (``registry=``)."""
+
     types: dict[str, WorkflowType] = field(default_factory=dict)
 
     def add(self, workflow_type: WorkflowType) -> None:

@@ -164,7 +164,8 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
 10. no worker logs that the database refused one of its statements, other than by losing the
    connection (``refused_statements``): an error in the engine's SQL that only some limits
    trigger leaves runs unclaimed while they are set, and nothing else would notice.
-11. (``compare_stuck_frozen``) once every worker is frozen, their sessions fall idle within 10s:
+11. (``compare_stuck_frozen``) once every worker is frozen, their sessions fall idle within 10s
+   (a session frozen right after its BEGIN, with no lock and no snapshot, counts as idle):
    a worker frozen inside a transaction of several statements (firing schedules: the due rows
    locked, the runs inserted, not yet advanced) would keep its row locks from every other
    worker until it runs again, and the schedules it locked would not fire.
@@ -2132,12 +2133,16 @@ class StatefulEngine(RuleBasedStateMachine):
         for worker in frozen:
             self._stop(worker)
         try:
-            # a statement sent before the stop still runs to its commit: wait for it
+            # a statement sent before the stop still runs to its commit: wait for it. A session
+            # frozen right after its BEGIN (psycopg's transaction() sends it alone) holds no lock
+            # but its own virtual transaction id, and no snapshot: it keeps nothing from anyone.
             deadline = time.monotonic() + FROZEN_SETTLE
             while busy := query(
                 self.dsn,
-                "SELECT state, left(query, 120) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'wfctl worker' AND state <> 'idle'",
+                "SELECT a.state, left(a.query, 120) FROM pg_stat_activity a"
+                " WHERE a.datname = current_database() AND a.application_name = 'wfctl worker'"
+                " AND a.state <> 'idle' AND (a.state <> 'idle in transaction' OR a.backend_xmin IS NOT NULL"
+                "  OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype <> 'virtualxid'))",
             ):
                 if time.monotonic() > deadline:
                     break

@@ -4,8 +4,8 @@
                              [--poll P] [--rounds 1] [--code REV|DIR] [--server-dsn DSN]
                              [--settle 3] [--timeout 300] [--ready-timeout 600] [--keep] [--json]
 
-Run from the repository root (``-m``: it imports the helpers of bench/run.py, bench/limits.py,
-bench/latency.py and bench/throughput.py). For each W of ``--workers``, each side and each round,
+Run from the repository root (``-m``: it imports bench/harness.py, the benchmarks' shared
+harness). For each W of ``--workers``, each side and each round,
 in a fresh database on the same server:
 
 1. start W ``wfctl worker --app bench.noop_app`` processes (default options, plus ``--concurrency``
@@ -75,11 +75,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,17 +85,14 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import wfctl
-from bench import common, latency, throughput
-from bench import limits as trees
-from bench import run as base
+from bench import harness
+from bench.harness import BenchError, TreeSide, Workers, log
 from wfctl.durations import parse_duration
 from wfctl.queries import parse_blocks
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-BenchError = base.BenchError
-log = base.log
 
-WORKFLOW_TYPE = latency.WORKFLOW_TYPE  # noop3, bench/noop_app.py
+WORKFLOW_TYPE = "noop3"  # bench/noop_app.py
 STEPS = 1
 POLL_EVERY = 0.1  # seconds between the monitor's polls for completion
 READY_POLL = 0.2  # seconds between checks of the workers' readiness
@@ -107,7 +101,6 @@ GONE_TIMEOUT = 60.0  # seconds for the database's sessions to end once their cli
 LATE_MS = 5.0  # a submit this far behind its schedule counts as late
 BENCH_SESSIONS = 2  # the monitor's and the submitter's
 CLIENT = "wfctl-bench-arrivals"  # application_name of the benchmark's sessions
-EMPTY_CONFIG = "# bench/arrivals.py: the workers' options are their defaults and the command line's\n"
 
 
 # -- the options -----------------------------------------------------------------------------------
@@ -138,48 +131,28 @@ class Settings:
         return f"{given}, otherwise default options" if given else "default options"
 
 
-def side_label(side: latency.Side, settings: Settings) -> str:
+def side_label(side: TreeSide, settings: Settings) -> str:
     return f"wfctl worker from {side.code.label}, {settings.options_text()}"
-
-
-@contextlib.contextmanager
-def side_database(
-    side: latency.Side, server: str, keep: bool, chores: dict[Path, trees.Chores]
-) -> Iterator[str]:
-    """A fresh database with the side's schema: this tree's, or its --code tree's."""
-    with base.fresh_database(server, "arrivals", keep, install=side.own) as dsn:
-        if not side.own:
-            chores[side.code.root]("migrate", dsn=dsn)
-        yield dsn
 
 
 # -- the server's processes (/proc) ----------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads) and cutime + cstime (its reaped children);
-    0 for a process that is gone."""
-    fields = throughput._stat_fields(pid)
-    if not fields:
-        return 0.0
-    return sum(int(v) for v in fields[11:15]) / throughput.CLOCK_TICKS
-
-
 def tree_cpu(roots: list[int]) -> float:
     """The CPU seconds of processes with all their descendants alive now (and what each reaped)."""
-    children = base._children_map()
-    return sum(cpu_seconds(pid) for root in roots for pid in base._tree(root, children))
+    children = harness.children_map()
+    return sum(harness.cpu_seconds(pid) for root in roots for pid in harness.tree(root, children))
 
 
 def sessions_cpu(pids: set[int]) -> float:
-    return sum(cpu_seconds(pid) for pid in pids)
+    return sum(harness.cpu_seconds(pid) for pid in pids)
 
 
 def local_postmaster(admin: psycopg.Connection[Any]) -> int | None:
     """The postmaster's pid when the server runs on this machine (the parent of our session's
     process, a ``postgres`` process, and the pid in the data directory's postmaster.pid when that
     file can be read), else None."""
-    pid = throughput.postmaster_of(admin)
+    pid = harness.postmaster_of(admin)
     if pid is None:
         return None
     try:
@@ -277,54 +250,20 @@ def flush_statistics(conn: psycopg.Connection[Any]) -> None:
 # -- the workers -----------------------------------------------------------------------------------
 
 
-def start_workers(side: latency.Side, dsn: str, count: int, settings: Settings, label: str) -> base.Workers:
+def start_workers(side: TreeSide, dsn: str, count: int, settings: Settings, label: str) -> Workers:
     """W worker processes of the side's tree: its root as their working directory and on
     PYTHONPATH; no WFCTL_* variable of this environment but the database (WFCTL_DSN and --dsn)
-    and an empty config file (WFCTL_CONFIG), as bench/latency.py starts its worker."""
-    env = {k: v for k, v in side.code.env().items() if not k.startswith("WFCTL_")}
-    env.update(WFCTL_DSN=dsn, WFCTL_CONFIG=str(settings.config))
-    command = [*base.wfctl_command(), "worker", "--app", "bench.noop_app", *settings.worker_options()]
-    # base.Workers takes from its options only the directory of the logs; its RSS sampler is
-    # never started (sampling the processes would add to the CPU measured)
-    opts = base.Options(
-        settings.n, STEPS, count, settings.concurrency or 0, 0, settings.timeout, settings.workdir, 0
-    )
-    pool = base.Workers(opts, base.RssSampler(), label, side.code.root, env)
-    for _ in range(count):
-        pool.start([*command, "--dsn", dsn])
+    and an empty config file (WFCTL_CONFIG), as bench/latency.py starts its worker. No RSS
+    sampler: sampling the processes would add to the CPU measured."""
+    env = harness.isolated_env(side.code.env(), dsn, settings.config)
+    command = [*harness.wfctl_command(), "worker", "--app", "bench.noop_app", *settings.worker_options()]
+    pool = Workers(settings.workdir, label, None, side.code.root, env)
+    pool.start([*command, "--dsn", dsn], count)
     return pool
 
 
-def workers_cpu(pool: base.Workers) -> float:
-    return tree_cpu([p.pid for p in pool.procs])
-
-
-def _startup_failure(pool: base.Workers, index: int) -> str:
-    lines = [line for line in pool.logs[index].read_text("utf-8", "replace").splitlines() if line.strip()]
-    last = lines[-1].strip() if lines else "(no output)"
-    hint = " (raise the server's max_connections)" if "too many clients" in last else ""
-    return f"worker {index + 1} exited ({pool.procs[index].returncode}) while starting: {last}{hint}"
-
-
-def wait_ready(pool: base.Workers, monitor: Monitor, timeout: float) -> float:
-    """Wait until every worker has logged "ready" (after its LISTEN and first heartbeat) and has
-    its row in ``workers``; the seconds that took."""
-    started = time.monotonic()
-    waiting = set(range(len(pool.procs)))
-    while True:
-        for i in sorted(waiting):
-            if latency.READY.search(pool.logs[i].read_text("utf-8", "replace")):
-                waiting.discard(i)
-            elif pool.procs[i].poll() is not None:
-                raise BenchError(f"{_startup_failure(pool, i)} (log {pool.logs[i]})")
-        if not waiting and monitor.count(latency.SQL["registered"]) >= len(pool.procs):
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise BenchError(
-                f"{len(waiting)} of {len(pool.procs)} workers not ready after {timeout:g} s "
-                f"(--ready-timeout); logs in {pool.opts.workdir}"
-            )
-        time.sleep(READY_POLL)
+def workers_cpu(pool: Workers) -> float:
+    return tree_cpu(pool.pids())
 
 
 # -- the benchmark's sessions ----------------------------------------------------------------------
@@ -380,22 +319,16 @@ def submit_paced(conn: psycopg.Connection[Any], n: int, rate: float) -> Pacing:
     return Pacing(t0, last, late, round(max_lag, 2))
 
 
-def wait_completed(monitor: Monitor, pool: base.Workers, n: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        completed, ended_otherwise = monitor.row(SQL["progress"])
+def wait_completed(monitor: Monitor, pool: Workers, n: int, timeout: float) -> None:
+    def completed() -> tuple[bool, str]:
+        done, ended_otherwise = monitor.row(SQL["progress"])
         if ended_otherwise:
-            raise BenchError(f"{ended_otherwise} runs failed or were cancelled; logs in {pool.opts.workdir}")
-        if completed >= n:
-            return
-        if pool.alive() < len(pool.procs):
-            raise BenchError(f"a worker exited with {completed}/{n} completed\n{pool.tails(5)}")
-        if time.monotonic() > deadline:
-            raise BenchError(
-                f"{completed}/{n} completed {timeout:g} s after the last submit (--timeout); "
-                f"logs in {pool.opts.workdir}"
-            )
-        time.sleep(POLL_EVERY)
+            raise BenchError(f"{ended_otherwise} runs failed or were cancelled; logs in {pool.workdir}")
+        return done >= n, f"{done}/{n} completed"
+
+    harness.wait_for(
+        completed, f"the runs (--timeout {timeout:g} s after the last submit)", timeout, pool, POLL_EVERY
+    )
 
 
 # -- one measurement -------------------------------------------------------------------------------
@@ -441,9 +374,7 @@ class Place:
     postmaster: int | None
 
 
-def measure(
-    side: latency.Side, dsn: str, w: int, number: int, settings: Settings, place: Place
-) -> Measurement:
+def measure(side: TreeSide, dsn: str, w: int, number: int, settings: Settings, place: Place) -> Measurement:
     db = conninfo_to_dict(dsn).get("dbname") or ""
     result = Measurement(w, side.name, number, db, os.getloadavg()[0])
     label = f"W={w}, round {number}, {side.name}"
@@ -460,8 +391,8 @@ def measure(
     exits = sorted(set(result.worker_exits), key=str)
     log(
         f"{label}: per workflow {result.xacts_per_workflow:.2f} transactions, "
-        f"{base._num(result.claim_scans_per_workflow, 2)} claim scans, CPU ms: server "
-        f"{base._num(result.server_cpu_ms, 2)}, sessions {base._num(result.sessions_cpu_ms, 2)}, "
+        f"{harness.num(result.claim_scans_per_workflow, 2)} claim scans, CPU ms: server "
+        f"{harness.num(result.server_cpu_ms, 2)}, sessions {harness.num(result.sessions_cpu_ms, 2)}, "
         f"workers {result.workers_cpu_ms:.2f}; {result.submit_rate or 0:.0f} submits/s, wall "
         f"{result.wall_s:.1f} s, start p50 {result.p50_ms:.1f} ms; the workers exited {exits}"
     )
@@ -469,7 +400,7 @@ def measure(
 
 
 def _interval(
-    pool: base.Workers, dsn: str, result: Measurement, settings: Settings, place: Place, label: str
+    pool: Workers, dsn: str, result: Measurement, settings: Settings, place: Place, label: str
 ) -> tuple[Reading, Pacing, set[int]]:
     """From the workers' readiness to their exit: the "before" reading, the submits, the wait for
     the runs, the workers' CPU, SIGTERM; the benchmark's two sessions are closed on the way out.
@@ -479,7 +410,9 @@ def _interval(
         contextlib.closing(Monitor(dsn)) as monitor,
         psycopg.connect(dsn, autocommit=True, application_name=CLIENT) as submitter,
     ):
-        result.ready_s = wait_ready(pool, monitor, settings.ready_timeout)
+        result.ready_s = harness.wait_ready(
+            pool, label, settings.ready_timeout, READY_POLL, lambda: monitor.count(harness.SQL["registered"])
+        )
         log(f"{label}: ready after {result.ready_s:.1f} s; settling {settings.settle:g} s")
         time.sleep(settings.settle)
         flush_statistics(monitor.conn)
@@ -562,19 +495,19 @@ def ratio(done: list[Measurement], m: Measurement, attr: str) -> float | None:
     base_value = next(
         (getattr(x, attr) for x in done if (x.workers, x.side, x.round) == (lowest, m.side, m.round)), None
     )
-    return base._ratio(getattr(m, attr), base_value)
+    return harness.ratio(getattr(m, attr), base_value)
 
 
 def _median(mine: list[Measurement], attr: str) -> float | None:
-    return common.median([getattr(m, attr) for m in mine])
+    return harness.median([getattr(m, attr) for m in mine])
 
 
 def _median_ratio(done: list[Measurement], mine: list[Measurement], attr: str) -> float | None:
-    value = common.median([ratio(done, m, attr) for m in mine])
+    value = harness.median([ratio(done, m, attr) for m in mine])
     return round(value, 3) if value is not None else None
 
 
-def rows_of(done: list[Measurement], workers: list[int], sides: list[latency.Side]) -> list[Row]:
+def rows_of(done: list[Measurement], workers: list[int], sides: list[TreeSide]) -> list[Row]:
     rows = []
     for w in workers:
         for side in sides:
@@ -609,17 +542,17 @@ def _cells(
     row: Row | Measurement,
 ) -> list[str]:
     return [
-        base._num(xacts, 2),
-        base._num(xratio, 2),
-        base._num(row.claim_scans_per_workflow, 2),
-        base._num(server, 2),
-        base._num(sratio, 2),
-        base._num(row.sessions_cpu_ms, 2),
-        base._num(row.workers_cpu_ms, 2),
-        base._num(row.wall_s, 2),
-        base._num(row.submit_rate, 1),
-        base._num(row.p50_ms, 2),
-        base._num(row.p99_ms, 2),
+        harness.num(xacts, 2),
+        harness.num(xratio, 2),
+        harness.num(row.claim_scans_per_workflow, 2),
+        harness.num(server, 2),
+        harness.num(sratio, 2),
+        harness.num(row.sessions_cpu_ms, 2),
+        harness.num(row.workers_cpu_ms, 2),
+        harness.num(row.wall_s, 2),
+        harness.num(row.submit_rate, 1),
+        harness.num(row.p50_ms, 2),
+        harness.num(row.p99_ms, 2),
     ]
 
 
@@ -645,8 +578,8 @@ class Context:
 
     args: argparse.Namespace
     settings: Settings
-    sides: list[latency.Side]
-    server: base.Server
+    sides: list[TreeSide]
+    server: harness.Server
     postmaster: int | None
     head: str
     loads: tuple[tuple[float, ...], tuple[float, ...]]
@@ -695,18 +628,11 @@ def _text(ctx: Context, rows: list[Row], done: list[Measurement], problems: list
         f"{os.cpu_count()} CPUs"
     )
     cpu = f"postmaster {ctx.postmaster}" if ctx.postmaster is not None else "n/a (not on this machine)"
-    print(
-        f"server: PostgreSQL {ctx.server.version}, {ctx.server.description}, fsync={ctx.server.fsync}, "
-        f"synchronous_commit={ctx.server.synchronous_commit}; server CPU: {cpu}"
-    )
+    print(f"{harness.server_line(ctx.server)}; server CPU: {cpu}")
     print(f"code: {ctx.head}")
     for side in ctx.sides:
         print(f"side {side.name}: {side_label(side, s)}")
-    start, end = ctx.loads
-    print(
-        "load average (1, 5, 15 min): "
-        f"{' '.join(f'{v:.2f}' for v in start)} at the start, {' '.join(f'{v:.2f}' for v in end)} at the end"
-    )
+    print(harness.loads_line(ctx.loads))
     print()
     lowest = min(args.workers)
     figures = [
@@ -722,7 +648,7 @@ def _text(ctx: Context, rows: list[Row], done: list[Measurement], problems: list
         "start p50 ms",
         "start p99 ms",
     ]
-    base.table(
+    harness.table(
         ["W", "side", *figures],
         [
             [
@@ -734,7 +660,7 @@ def _text(ctx: Context, rows: list[Row], done: list[Measurement], problems: list
         ],
     )
     if args.rounds > 1:
-        base.table(
+        harness.table(
             ["W", "round", "side", "load", *figures],
             [
                 [
@@ -753,10 +679,7 @@ def _text(ctx: Context, rows: list[Row], done: list[Measurement], problems: list
                 for m in done
             ],
         )
-    verdict = "OK" if not problems else "FAILED"
-    print(f"verification (every run completed, none claimed twice, every worker exited 0): {verdict}")
-    for problem in problems:
-        print(f"  {problem}")
+    harness.verdict("verification (every run completed, none claimed twice, every worker exited 0)", problems)
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -780,7 +703,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Steady arrivals against W idle workers: transactions and CPU per workflow as W grows "
         "(see bench/README.md).",
     )
-    common.add_server_dsn(parser)
+    harness.add_server_dsn(parser)
     parser.add_argument("-n", type=int, default=2000, help="workflows per measurement (default 2000)")
     parser.add_argument("--rate", type=float, default=200.0, help="submits per second (default 200)")
     parser.add_argument(
@@ -836,46 +759,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0].strip() if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
-def run_all(args: argparse.Namespace, settings: Settings, stack: contextlib.ExitStack) -> int:
-    sides = latency.build_sides(args.code, settings.workdir)
-    head = sides[0].code.label.removeprefix("the working tree ").strip("()")  # "HEAD 8f01c56 + ..."
-    loads_start = os.getloadavg()
-    server, description = stack.enter_context(common.server_dsn(args.server_dsn, settings.workdir))
-    info = base.describe_server(server, description)
-    common.warn_if_not_durable(info)
-    admin = stack.enter_context(psycopg.connect(server, autocommit=True, application_name=CLIENT))
-    check_capacity(admin, max(args.workers))
-    postmaster = local_postmaster(admin)
-    if postmaster is None:
-        log("the server does not run on this machine: its CPU is not measured (n/a)")
-    chores: dict[Path, trees.Chores] = {}
-    for side in sides:
-        if not side.own and side.code.root not in chores:
-            chores[side.code.root] = trees.Chores(side.code, settings.workdir)
-            stack.callback(chores[side.code.root].close)
-    place = Place(admin, postmaster)
-    done: list[Measurement] = []
-    for w in args.workers:
-        for number in range(1, args.rounds + 1):
-            for side in sides:
-                with side_database(side, server, args.keep, chores) as dsn:
-                    done.append(measure(side, dsn, w, number, settings, place))
-    ctx = Context(args, settings, sides, info, postmaster, head, (loads_start, os.getloadavg()))
-    return 1 if report(ctx, done) else 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common.stop)
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-arrivals-"))
-    config = workdir / "worker-config.toml"
-    config.write_text(EMPTY_CONFIG, "utf-8")
+    return harness.frame("wfctl-bench-arrivals-", args.keep, lambda workdir: run_all(args, workdir))
+
+
+def run_all(args: argparse.Namespace, workdir: Path) -> int:
     settings = Settings(
         args.n,
         args.rate,
@@ -885,25 +774,30 @@ def main(argv: list[str] | None = None) -> int:
         args.timeout,
         args.ready_timeout,
         workdir,
-        config,
+        harness.empty_config(workdir, "bench/arrivals.py"),
     )
-    status = 1
-    try:
-        with contextlib.ExitStack() as stack:
-            status = run_all(args, settings, stack)
-        return status
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
-    except (psycopg.Error, wfctl.WfctlError) as exc:
-        log(f"error: {_one_line(exc)}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted: the workers were stopped and the databases dropped")
-        return 130
-    finally:
-        # the work directory is kept when a run failed and left worker logs to read
-        common.clean_up(workdir, status != 0 and any(workdir.glob("*.log")), args.keep)
+    sides = harness.tree_sides(args.code, workdir)
+    head = sides[0].code.label.removeprefix("the working tree ").strip("()")  # "HEAD 8f01c56 + ..."
+    loads_start = os.getloadavg()
+    with contextlib.ExitStack() as stack:
+        server, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
+        info = harness.describe_server(server, description)
+        harness.warn_if_not_durable(info)
+        admin = stack.enter_context(psycopg.connect(server, autocommit=True, application_name=CLIENT))
+        check_capacity(admin, max(args.workers))
+        postmaster = local_postmaster(admin)
+        if postmaster is None:
+            log("the server does not run on this machine: its CPU is not measured (n/a)")
+        trees = harness.Trees(workdir, stack)
+        place = Place(admin, postmaster)
+        done: list[Measurement] = []
+        for w in args.workers:
+            for number in range(1, args.rounds + 1):
+                for side in sides:
+                    with harness.tree_database(server, "arrivals", args.keep, side.schema_code, trees) as dsn:
+                        done.append(measure(side, dsn, w, number, settings, place))
+        ctx = Context(args, settings, sides, info, postmaster, head, (loads_start, os.getloadavg()))
+        return 1 if report(ctx, done) else 0
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ import shlex
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,15 +52,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import wfctl
-from bench import common
-from bench import run as base
+from bench import harness
 from bench.coord_app import TOPIC, TYPES
+from bench.harness import BenchError, Workers, log, wait_for
 from wfctl.client import submit_many
 from wfctl.queries import parse_blocks, q
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-BenchError = base.BenchError
-log = base.log
 
 GOAL_MS = 50.0  # median send (or child completion) -> running again, idle worker
 PHASES = ("latency", "waiting", "fanout")
@@ -70,6 +67,7 @@ BULK_POLL = 0.1  # seconds between progress polls over thousands of workflows
 SETTLE = 2.0  # seconds after VACUUM before a quiet interval: counters flushed, worker idle
 READY_TIMEOUT = 60.0  # seconds for a worker process to register
 EXPLAIN_RUNS = 10  # claim statements explained in one session
+WARMUP = 3  # uncounted samples of each latency kind first (worker start-up), as bench/run.py's
 
 
 # -- options --------------------------------------------------------------------------------------
@@ -94,14 +92,10 @@ class Settings:
     worker_args: list[str]
     workdir: Path
 
-    def worker_options(self) -> base.Options:
-        """What bench/run.py's Workers need (the log directory)."""
-        return base.Options(0, 1, 1, self.concurrency, 0, self.timeout, self.workdir, self.seed)
-
 
 def worker_command(dsn: str, concurrency: int, settings: Settings) -> list[str]:
     return [
-        *base.wfctl_command(),
+        *harness.wfctl_command(),
         "worker",
         "--app",
         "bench.coord_app",
@@ -289,19 +283,8 @@ def explain_claim(dsn: str, types: list[str]) -> tuple[int | None, float | None]
     with nothing runnable, under EXPLAIN (ANALYZE, BUFFERS), rolled back: the blocks of the
     last of EXPLAIN_RUNS runs in one session and their median time (the first run of a session
     pays for its caches)."""
-    params = {
-        "types": types,
-        "retries": [3] * len(types),
-        "timeouts": [None] * len(types),
-        "timeout_errors": [None] * len(types),
-        "limit": 4,
-        "owner": "bench-explain",
-        # a claim from the head of the runnable index (a worker's first, or its scan every poll)
-        "after_priority": None,
-        "after_run_at": None,
-        "after_id": None,
-        "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
-    }
+    none: list[Any] = [None] * len(types)
+    params = harness.claim_params(types, [3] * len(types), none, none, 4, "bench-explain", room=4)
     statement = sql.SQL(SQL["explain"]).format(query=sql.SQL(q("worker.claim")))  # type: ignore[arg-type]
     plans = []
     try:
@@ -320,7 +303,7 @@ def explain_claim(dsn: str, types: list[str]) -> tuple[int | None, float | None]
 
 
 def vacuum(dsn: str) -> None:
-    base.prepare_tables(dsn)
+    harness.prepare_tables(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SQL["vacuum"])
 
@@ -335,37 +318,15 @@ def submit(dsn: str, workflow_type: str, inputs: Sequence[Any]) -> list[UUID]:
     return ids
 
 
-def wait_for(
-    check: Callable[[], tuple[bool, str]],
-    what: str,
-    timeout: float,
-    workers: base.Workers,
-    interval: float,
-) -> int:
-    """Poll ``check`` until it says done; how many polls it took. Fails when a worker exits."""
-    deadline = time.monotonic() + timeout
-    polls = 0
-    while True:
-        done, progress = check()
-        polls += 1
-        if done:
-            return polls
-        if workers.alive() < len(workers.procs):
-            raise BenchError(f"a worker exited while {what} ({progress})\n{workers.tails()}")
-        if time.monotonic() > deadline:
-            raise BenchError(f"{what}: {progress} after {timeout:.0f} s\n{workers.tails()}")
-        time.sleep(interval)
-
-
 def start_workers(
-    dsn: str, label: str, count: int, concurrency: int, settings: Settings, sampler: base.RssSampler
-) -> base.Workers:
-    workers = base.Workers(settings.worker_options(), sampler, label)
+    dsn: str, label: str, count: int, concurrency: int, settings: Settings, sampler: harness.RssSampler
+) -> Workers:
+    workers = Workers(settings.workdir, label, sampler)
     with psycopg.connect(dsn, autocommit=True) as conn:
         since = conn.execute(SQL["now"]).fetchone()[0]  # type: ignore[index]
         cmd = worker_command(dsn, concurrency, settings)
         log(f"{label}: starting {count} worker(s): {' '.join(cmd)}")
-        pids = [workers.start(cmd).pid for _ in range(count)]
+        pids = [proc.pid for proc in workers.start(cmd, count)]
 
         def ready() -> tuple[bool, str]:
             row = conn.execute(SQL["ready_workers"], {"pids": pids, "since": since}).fetchone()
@@ -376,7 +337,7 @@ def start_workers(
     return workers
 
 
-def stop_workers(workers: base.Workers, verification: Verification, label: str) -> None:
+def stop_workers(workers: Workers, verification: Verification, label: str) -> None:
     codes = workers.terminate()
     bad = [c for c in codes if c not in (0, -signal.SIGTERM)]
     if bad:
@@ -403,9 +364,9 @@ def verify(dsn: str, verification: Verification) -> None:
 
 
 def latency_phase(
-    dsn: str, settings: Settings, sampler: base.RssSampler, verification: Verification
+    dsn: str, settings: Settings, sampler: harness.RssSampler, verification: Verification
 ) -> LatencyResult:
-    total = base.WARMUP + settings.latency_count
+    total = WARMUP + settings.latency_count
     rng = random.Random(settings.seed)
     workers = start_workers(dsn, "latency", 1, settings.concurrency, settings, sampler)
     try:
@@ -422,7 +383,7 @@ def latency_phase(
             child_of = {r[0]: r[1] for r in mon.execute(SQL["children"], {"ids": parent_ids}).fetchall()}
             kinds = ("baseline", "recv", "child")
             sent: dict[str, list[tuple[UUID, float]]] = {k: [] for k in kinds}
-            log(f"latency: {settings.latency_count} samples of each kind (+{base.WARMUP} warm-ups), in turns")
+            log(f"latency: {settings.latency_count} samples of each kind (+{WARMUP} warm-ups), in turns")
             with psycopg.connect(dsn) as sender:
                 for i in range(total):
                     for kind in kinds:
@@ -437,8 +398,8 @@ def latency_phase(
                             wfctl.send(sender, child_of[target], TOPIC)
                         before_commit = time.time()
                         sender.commit()
-                        base.wait_finished(mon, target, 60.0 if i < base.WARMUP else 30.0, workers)
-                        if i >= base.WARMUP:
+                        harness.wait_finished(mon, target, 60.0 if i < WARMUP else 30.0, workers)
+                        if i >= WARMUP:
                             sent[kind].append((target, before_commit))
             wanted = [wid for pairs in sent.values() for wid, _ in pairs]
             wanted += [child_of[wid] for wid, _ in sent["child"]]
@@ -460,7 +421,7 @@ def latency_phase(
     return result
 
 
-def _peak(sampler: base.RssSampler, workers: base.Workers) -> float | None:
+def _peak(sampler: harness.RssSampler, workers: Workers) -> float | None:
     peaks = [sampler.peaks.get(p.pid, 0) for p in workers.procs]
     return round(max(peaks) / 1024, 1) if peaks and max(peaks) else None
 
@@ -494,7 +455,7 @@ def drain(
     n: int,
     start: Callable[[], tuple[int, list[UUID]]],
     settings: Settings,
-    workers: base.Workers,
+    workers: Workers,
 ) -> Drain:
     """Time from ``start()`` (which returns how many transactions it committed and the ids of
     the workflows it runs) until n more workflows of the type are completed."""
@@ -522,7 +483,7 @@ def drain(
 
 
 def waiting_phase(
-    dsn: str, settings: Settings, sampler: base.RssSampler, verification: Verification, *, own_db: bool
+    dsn: str, settings: Settings, sampler: harness.RssSampler, verification: Verification, *, own_db: bool
 ) -> WaitingResult:
     n = settings.waiting
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -578,7 +539,7 @@ FAN_MODES = {"loop": "ctx.start_child in a loop", "batch": "one ctx.start_childr
 
 
 def fanout_phase(
-    dsn: str, settings: Settings, sampler: base.RssSampler, verification: Verification
+    dsn: str, settings: Settings, sampler: harness.RssSampler, verification: Verification
 ) -> list[FanGroup]:
     workers = start_workers(dsn, "fanout", settings.fanout_workers, settings.concurrency, settings, sampler)
     try:
@@ -591,7 +552,7 @@ def fanout_phase(
 
 
 def fan_group(
-    dsn: str, child_ms: float, settings: Settings, workers: base.Workers, verification: Verification
+    dsn: str, child_ms: float, settings: Settings, workers: Workers, verification: Verification
 ) -> FanGroup:
     """M children of one step of child_ms: submitted directly (the baseline, first: it also
     warms the workers up), then started by one parent in each way and joined by one ctx.wait."""
@@ -613,7 +574,7 @@ def fan_out(
     mode: str,
     child_ms: float,
     settings: Settings,
-    workers: base.Workers,
+    workers: Workers,
     verification: Verification,
 ) -> FanResult:
     m = settings.children
@@ -623,7 +584,7 @@ def fan_out(
             parent = wfctl.submit(conn, "coord_fan", {"n": m, "ms": child_ms, "batch": mode == "batch"})
             t0 = time.monotonic()
             conn.commit()
-        base.wait_finished(mon, parent, settings.timeout, workers)
+        harness.wait_finished(mon, parent, settings.timeout, workers)
         total_s = time.monotonic() - t0
         with mon.cursor(row_factory=dict_row) as cur:
             row = cur.execute(SQL["fan"], {"id": parent}).fetchone()
@@ -660,14 +621,14 @@ def _float(row: Sequence[Any] | None) -> float | None:
 # -- the report ------------------------------------------------------------------------------------
 
 
-_num = base._num
+_num = harness.num
 
 
 def _ratio(a: float | None, b: float | None) -> str:
     return "" if a is None or not b else f"{a / b:.2f}x"
 
 
-table = base.table
+table = harness.table
 
 
 def report_latency(r: LatencyResult) -> list[tuple[str, bool]]:
@@ -854,17 +815,14 @@ def report_fanout(groups: list[FanGroup]) -> list[tuple[str, bool]]:
 
 
 def report(
-    results: dict[str, Any], server: base.Server, settings: Settings, verification: Verification
+    results: dict[str, Any], server: harness.Server, settings: Settings, verification: Verification
 ) -> None:
     extra = " ".join(settings.worker_args)
     print(
         f"\nwfctl coordination benchmark, {os.cpu_count()} CPUs"
         + (f", worker options: {extra}" if extra else "")
     )
-    print(
-        f"server: PostgreSQL {server.version}, {server.description}, fsync={server.fsync}, "
-        f"synchronous_commit={server.synchronous_commit}"
-    )
+    print(harness.server_line(server))
     print()
     checks: list[tuple[str, bool]] = []
     if "latency" in results:
@@ -875,9 +833,7 @@ def report(
         checks += report_fanout(results["fanout"])
     for text, met in checks:
         print(f"goal {'MET   ' if met else 'MISSED'} {text}")
-    print(f"verification: {'OK' if verification.ok else 'FAILED'}")
-    for problem in verification.problems:
-        print(f"  {problem}")
+    harness.verdict("verification", verification.problems)
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -889,11 +845,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Benchmark wfctl's coordination: wake-up latency, parked workflows, fan-out "
         "(see bench/README.md).",
     )
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--dsn", help="run every phase in this one existing database")
-    where.add_argument(
-        "--server-dsn",
-        help="a fresh database per phase on this server (default: $WFCTL_DSN, else an embedded server)",
+    harness.add_server_dsn(
+        parser,
+        "a fresh database per phase on this server (default: $WFCTL_DSN, else an embedded server)",
+        dsn_help="run every phase in this one existing database",
     )
     parser.add_argument(
         "--quick",
@@ -965,29 +920,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def databases(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Callable[[str], Any], str, bool]]:
-    """(a context manager giving the DSN for a phase, a DSN for describing the server, whether
-    each phase gets a database of its own)."""
-    with contextlib.ExitStack() as stack:
-        if args.dsn:
-            sides = []
-            for t in TYPES:
-                side = base.Side()
-                side.workflow_type = t
-                sides.append(side)
-            shared = stack.enter_context(base.shared_database(args.dsn, sides, args.keep))
-            yield (lambda _phase: contextlib.nullcontext(shared)), args.dsn, False
-            return
-        server_dsn = args.server_dsn or os.environ.get("WFCTL_DSN")
-        if not server_dsn:
-            server_dsn = stack.enter_context(base.embedded_server(workdir))
-        assert server_dsn is not None
-        yield (lambda phase: base.fresh_database(server_dsn, f"coord_{phase}", args.keep)), server_dsn, True
+def databases(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Callable[[str], Any], str, str]]:
+    """(a context manager giving the DSN for a phase, a DSN for describing the server, its
+    description)."""
+    if args.dsn:
+        with harness.shared_database(args.dsn, list(TYPES), args.keep) as shared:
+            yield (lambda _phase: contextlib.nullcontext(shared)), args.dsn, "the database given by --dsn"
+        return
+    with harness.server_dsn(args.server_dsn, workdir, "a fresh database per phase") as (server, description):
+        yield (lambda phase: harness.fresh_database(server, f"coord_{phase}", args.keep)), server, description
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-coord-"))
+    return harness.frame("wfctl-bench-coord-", args.keep, lambda workdir: run(args, workdir))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
     settings = Settings(
         args.latency_count,
         args.waiting,
@@ -1005,50 +954,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     verification = Verification()
     results: dict[str, Any] = {}
-    failed = True
-    sampler = base.RssSampler()
+    sampler = harness.RssSampler()
     sampler.start()
     try:
-        with databases(args, workdir) as (database, server_dsn, own_db):
-            if args.dsn:
-                description = "the database given by --dsn"
-            elif args.server_dsn or os.environ.get("WFCTL_DSN"):
-                description = "a fresh database per phase on --server-dsn/WFCTL_DSN's server"
-            else:
-                description = "embedded, a fresh database per phase"
-            server = base.describe_server(server_dsn, description)
-            common.warn_if_not_durable(server)
+        with databases(args, workdir) as (database, server_dsn, description):
+            server = harness.describe_server(server_dsn, description)
+            harness.warn_if_not_durable(server)
             for phase in args.phases:
                 with database(phase) as dsn:
                     if phase == "latency":
                         results[phase] = latency_phase(dsn, settings, sampler, verification)
                     elif phase == "waiting":
+                        own_db = not args.dsn
                         results[phase] = waiting_phase(dsn, settings, sampler, verification, own_db=own_db)
                     else:
                         results[phase] = fanout_phase(dsn, settings, sampler, verification)
                     verify(dsn, verification)
-        report(results, server, settings, verification)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "settings": {k: v for k, v in asdict(settings).items() if k != "workdir"},
-                        "server": asdict(server),
-                        "results": {k: _plain(v) for k, v in results.items()},
-                        "verification": verification.problems,
-                    },
-                    indent=2,
-                    default=str,
-                )
-            )
-        failed = not verification.ok
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
     finally:
         sampler.stop()
-        common.clean_up(workdir, failed, args.keep)
+    report(results, server, settings, verification)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "settings": {k: v for k, v in asdict(settings).items() if k != "workdir"},
+                    "server": asdict(server),
+                    "results": {k: _plain(v) for k, v in results.items()},
+                    "verification": verification.problems,
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    return 0 if verification.ok else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
     python -m bench.latency [-n 1000] [--poll 30s] [--rounds 1] [--server-dsn DSN]
                             [--code REV|DIR] [--timeout S] [--keep] [--json]
 
-Run from the repository root (``-m``: it imports bench/run.py's and bench/limits.py's helpers).
+Run from the repository root (``-m``: it imports bench/harness.py, the benchmarks' harness).
 One ``wfctl worker --app bench.noop_app --poll 30s`` (otherwise default options) serves a fresh
 database; once it is ready (its "ready" line and its row in ``workers``), the client, on ONE
 autocommit psycopg connection, runs 20 uncounted warm-up runs and then N times::
@@ -34,11 +34,7 @@ import dataclasses
 import json
 import math
 import os
-import re
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,15 +45,9 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 import wfctl
-from bench import common
-from bench import limits as trees
-from bench import run as base
+from bench import harness
+from bench.harness import BenchError, TreeSide, log
 from wfctl.durations import as_seconds, parse_duration
-from wfctl.queries import parse_blocks
-
-SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-BenchError = base.BenchError
-log = base.log
 
 WORKFLOW_TYPE = "noop3"  # bench/noop_app.py
 STEPS = 1
@@ -69,135 +59,31 @@ CHECK_EVERY = 5.0  # seconds: the longest wfctl.result() waits before the worker
 READY_TIMEOUT = 120.0  # seconds for the worker to come up (a loaded machine starts Python slowly)
 STOP_GRACE = 60.0  # seconds for the worker to exit after SIGTERM
 CLIENT = "wfctl-bench-latency"  # application_name of the benchmark's sessions
-READY = re.compile(r"\bready\b")  # the worker's "worker ID ready" line, whatever its log format
-# An empty config file for the workers (WFCTL_CONFIG): no wfctl.toml found around the tree they
-# run in, nor one WFCTL_CONFIG names in this environment, changes their options.
-EMPTY_CONFIG = "# bench/latency.py: the worker's options are its defaults and the command line's\n"
 
 
-# -- the sides -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Side:
-    """A worker's source tree: this working tree (``own``) or a --code tree."""
-
-    name: str
-    code: trees.Code
-    own: bool
-
-    def label(self, poll: str) -> str:
-        return f"wfctl worker from {self.code.label}, --poll {poll}, otherwise default options"
-
-
-def build_sides(specs: list[str], workdir: Path) -> list[Side]:
-    sides = [Side("wfctl", trees.working_tree(), own=True)]
-    for spec in specs:
-        code = trees.resolve_code(spec, workdir)
-        sides.append(Side(f"wfctl@{Path(spec).name or spec}", code, own=False))
-    if len({s.name for s in sides}) != len(sides):
-        raise BenchError("two sides have the same name: give the --code trees different names")
-    return sides
-
-
-@contextlib.contextmanager
-def side_database(side: Side, server: str, keep: bool, chores: dict[Path, trees.Chores]) -> Iterator[str]:
-    """A fresh database with the side's schema: this tree's, or its --code tree's."""
-    with base.fresh_database(server, "latency", keep, install=side.own) as dsn:
-        if not side.own:
-            chores[side.code.root]("migrate", dsn=dsn)
-        yield dsn
+def side_label(side: TreeSide, poll: str) -> str:
+    return f"wfctl worker from {side.code.label}, --poll {poll}, otherwise default options"
 
 
 # -- the worker ------------------------------------------------------------------------------------
 
 
-class Worker:
-    """One ``wfctl worker`` of a side's tree, its output in a log file in the work directory."""
-
-    def __init__(self, side: Side, dsn: str, poll: str, config: Path, log_path: Path) -> None:
-        self.side = side
-        self.log_path = log_path
-        # the tree's root as the working directory and on PYTHONPATH (`--app bench.noop_app`
-        # imports that tree's bench/noop_app.py, `-m wfctl` its wfctl); no WFCTL_* variable of
-        # this environment, the database in WFCTL_DSN (and --dsn), the config file an empty one
-        env = {k: v for k, v in side.code.env().items() if not k.startswith("WFCTL_")}
-        env.update(WFCTL_DSN=dsn, WFCTL_CONFIG=str(config))
-        self.command = [
-            *base.wfctl_command(),
-            "worker",
-            "--app",
-            "bench.noop_app",
-            "--poll",
-            poll,
-            "--dsn",
-            dsn,
-        ]
-        with open(log_path, "wb") as out:
-            self.proc = subprocess.Popen(
-                self.command,
-                cwd=side.code.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def output(self) -> str:
-        return self.log_path.read_text("utf-8", errors="replace")
-
-    def last_line(self) -> str:
-        lines = [line.strip() for line in self.output().splitlines() if line.strip()]
-        return lines[-1] if lines else "(no output)"
-
-    def stop(self) -> int | None:
-        """SIGTERM, and wait for the exit: its status (None: still running after STOP_GRACE,
-        then killed)."""
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-
-    def kill(self) -> None:
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait()
-
-
-def wait_ready(worker: Worker, dsn: str) -> float:
-    """Wait until the worker has said "ready" (after its LISTEN and its first heartbeat) and its
-    row is in ``workers``; the seconds that took."""
-    started = time.monotonic()
-    deadline = started + READY_TIMEOUT
-    with psycopg.connect(dsn, autocommit=True, application_name=CLIENT) as conn:
-        while True:
-            if READY.search(worker.output()):
-                row = conn.execute(SQL["registered"]).fetchone()
-                if row and row[0] >= 1:
-                    return time.monotonic() - started
-            if not worker.alive():
-                raise BenchError(
-                    f"{worker.side.name}: the worker exited ({worker.proc.returncode}) while starting: "
-                    f"{worker.last_line()} (log {worker.log_path})"
-                )
-            if time.monotonic() > deadline:
-                raise BenchError(
-                    f"{worker.side.name}: the worker was not ready after {READY_TIMEOUT:.0f} s: "
-                    f"{worker.last_line()} (log {worker.log_path})"
-                )
-            time.sleep(0.05)
+def start_worker(side: TreeSide, dsn: str, settings: Settings, label: str) -> harness.Workers:
+    """One ``wfctl worker --poll P`` of the side's tree: the tree's root as its working directory
+    and on PYTHONPATH (``--app bench.noop_app`` imports that tree's bench/noop_app.py, ``-m wfctl``
+    its wfctl); no WFCTL_* variable of this environment, the database in WFCTL_DSN (and --dsn),
+    the config file an empty one."""
+    env = harness.isolated_env(side.code.env(), dsn, settings.config)
+    worker = harness.Workers(settings.workdir, label, None, side.code.root, env)
+    command = [*harness.wfctl_command(), "worker", "--app", "bench.noop_app", "--poll", settings.poll]
+    worker.start([*command, "--dsn", dsn])
+    return worker
 
 
 # -- the runs --------------------------------------------------------------------------------------
 
 
-def one_run(conn: psycopg.Connection[Any], worker: Worker, timeout: float) -> float:
+def one_run(conn: psycopg.Connection[Any], side: str, worker: harness.Workers, timeout: float) -> float:
     """Submit one run and wait for its result: the milliseconds between the two."""
     t0 = time.perf_counter()
     wid = wfctl.submit(conn, WORKFLOW_TYPE, {"steps": STEPS})
@@ -212,16 +98,16 @@ def one_run(conn: psycopg.Connection[Any], worker: Worker, timeout: float) -> fl
         except wfctl.WaitTimeout:
             if not worker.alive():
                 raise BenchError(
-                    f"{worker.side.name}: the worker exited ({worker.proc.returncode}) while run {wid} "
-                    f"waited: {worker.last_line()} (log {worker.log_path})"
+                    f"{side}: the worker exited ({worker.procs[0].returncode}) while run {wid} "
+                    f"waited: {worker.last_line(0)} (log {worker.logs[0]})"
                 ) from None
             if time.perf_counter() >= deadline:
                 raise BenchError(
-                    f"{worker.side.name}: run {wid} not finished after {timeout:g} s (log {worker.log_path})"
+                    f"{side}: run {wid} not finished after {timeout:g} s (log {worker.logs[0]})"
                 ) from None
     t1 = time.perf_counter()
     if output != EXPECTED_OUTPUT:
-        raise BenchError(f"{worker.side.name}: run {wid} returned {output!r}, not {EXPECTED_OUTPUT!r}")
+        raise BenchError(f"{side}: run {wid} returned {output!r}, not {EXPECTED_OUTPUT!r}")
     return (t1 - t0) * 1000.0
 
 
@@ -285,28 +171,25 @@ class Settings:
     config: Path
 
 
-def phase(side: Side, dsn: str, number: int, rounds: int, settings: Settings) -> Phase:
+def phase(side: TreeSide, dsn: str, number: int, rounds: int, settings: Settings) -> Phase:
     result = Phase(side.name, number, conninfo_to_dict(dsn).get("dbname") or "", os.getloadavg()[0])
     label = f"round {number}/{rounds}, {side.name}"
-    path = settings.workdir / f"{side.name.replace('@', '-')}-r{number}.log"
     log(f"{label}: database {result.database}, starting `wfctl worker --poll {settings.poll}`")
-    worker = Worker(side, dsn, settings.poll, settings.config, path)
     samples: list[float] = []
     warmup: list[float] = []
-    try:
+    with start_worker(side, dsn, settings, f"{side.name.replace('@', '-')}-r{number}") as worker:
         with _library_errors(side.name):
-            result.ready_s = wait_ready(worker, dsn)
+            registered = harness.registered(dsn, CLIENT)
+            result.ready_s = harness.wait_ready(worker, side.name, READY_TIMEOUT, 0.05, registered)
         log(f"{label}: ready after {result.ready_s:.2f} s; {WARMUP} warm-up runs, then {settings.n}")
         with (
             _library_errors(side.name),
             psycopg.connect(dsn, autocommit=True, application_name=CLIENT) as conn,
         ):
-            warmup = [one_run(conn, worker, settings.timeout) for _ in range(WARMUP)]
+            warmup = [one_run(conn, side.name, worker, settings.timeout) for _ in range(WARMUP)]
             for _ in range(settings.n):
-                samples.append(one_run(conn, worker, settings.timeout))
-        result.worker_exit = worker.stop()
-    finally:
-        worker.kill()
+                samples.append(one_run(conn, side.name, worker, settings.timeout))
+        (result.worker_exit,) = worker.terminate(STOP_GRACE)
     result.samples_ms = samples
     result.warmup_max_ms = round(max(warmup), 2)
     result.warmup_over_50ms = sum(1 for v in warmup if v > SLOW_MS)
@@ -334,7 +217,7 @@ def _library_errors(side: str) -> Iterator[None]:
 # -- the report ------------------------------------------------------------------------------------
 
 
-def summary(phases: list[Phase], sides: list[Side], half_poll_ms: float) -> dict[str, Figures]:
+def summary(phases: list[Phase], sides: list[TreeSide], half_poll_ms: float) -> dict[str, Figures]:
     """Per side, over the runs of all its rounds."""
     out = {}
     for side in sides:
@@ -373,8 +256,8 @@ def problems_of(phases: list[Phase]) -> list[str]:
 def report(
     args: argparse.Namespace,
     settings: Settings,
-    sides: list[Side],
-    info: base.Server,
+    sides: list[TreeSide],
+    info: harness.Server,
     phases: list[Phase],
     loads: tuple[tuple[float, ...], tuple[float, ...]],
 ) -> list[str]:
@@ -398,7 +281,7 @@ def report(
                     "cpus": os.cpu_count(),
                     "loads": {"start": list(loads[0]), "end": list(loads[1])},
                     "server": dataclasses.asdict(info),
-                    "sides": {s.name: s.label(settings.poll) for s in sides},
+                    "sides": {s.name: side_label(s, settings.poll) for s in sides},
                     "summary": {name: dataclasses.asdict(f) for name, f in totals.items()},
                     "phases": [
                         {k: v for k, v in dataclasses.asdict(p).items() if k != "samples_ms"} for p in phases
@@ -415,28 +298,19 @@ def report(
         f"round{'s' if args.rounds != 1 else ''}, {WARMUP} uncounted warm-up runs each; "
         f"{os.cpu_count()} CPUs"
     )
-    print(
-        f"server: PostgreSQL {info.version}, {info.description}, fsync={info.fsync}, "
-        f"synchronous_commit={info.synchronous_commit}"
-    )
+    print(harness.server_line(info))
     for side in sides:
-        print(f"side {side.name}: {side.label(settings.poll)}")
-    start, end = loads
-    print(
-        "load average (1, 5, 15 min): "
-        f"{' '.join(f'{v:.2f}' for v in start)} at the start, {' '.join(f'{v:.2f}' for v in end)} at the end"
-    )
+        print(f"side {side.name}: {side_label(side, settings.poll)}")
+    print(harness.loads_line(loads))
     print()
     counts = [f"> {SLOW_MS:g} ms", f"> {settings.poll_s / 2:g} s (poll / 2)"]
     figures = ["runs", "p50 ms", "p90 ms", "p99 ms", "max ms", *counts]
-    base.table(["side", *figures], [_row([name], f) for name, f in totals.items()])
+    harness.table(["side", *figures], [_row([name], f) for name, f in totals.items()])
     rows = [
         _row([f"{p.round}: {p.side}", f"{p.load1:.2f}"], p.figures) for p in phases if p.figures is not None
     ]
-    base.table(["round: side", "load", *figures], rows)
-    print(f"workers stopped: {'OK' if not problems else 'FAILED'}")
-    for problem in problems:
-        print(f"  {problem}")
+    harness.table(["round: side", "load", *figures], rows)
+    harness.verdict("workers stopped", problems)
     return problems
 
 
@@ -449,7 +323,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Start latency: submit -> result of a one-step workflow on an idle worker, one run "
         "at a time (see bench/README.md).",
     )
-    common.add_server_dsn(parser)
+    harness.add_server_dsn(parser)
     parser.add_argument("-n", type=int, default=1000, help="measured runs per side and round (default 1000)")
     parser.add_argument(
         "--poll", default="30s", help="the worker's --poll, its fallback to LISTEN (default 30s)"
@@ -486,37 +360,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common.stop)
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-latency-"))
-    config = workdir / "worker-config.toml"
-    config.write_text(EMPTY_CONFIG, "utf-8")
+    return harness.frame("wfctl-bench-latency-", args.keep, lambda workdir: run(args, workdir))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
+    config = harness.empty_config(workdir, "bench/latency.py")
     settings = Settings(args.n, args.poll, args.poll_s, args.timeout, workdir, config)
-    failed = True
-    try:
-        sides = build_sides(args.code, workdir)
-        loads_start = os.getloadavg()
-        with contextlib.ExitStack() as stack:
-            server, description = stack.enter_context(common.server_dsn(args.server_dsn, workdir))
-            info = base.describe_server(server, description)
-            common.warn_if_not_durable(info)
-            chores: dict[Path, trees.Chores] = {}
+    sides = harness.tree_sides(args.code, workdir)
+    loads_start = os.getloadavg()
+    with contextlib.ExitStack() as stack:
+        server, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
+        info = harness.describe_server(server, description)
+        harness.warn_if_not_durable(info)
+        trees = harness.Trees(workdir, stack)
+        phases: list[Phase] = []
+        for number in range(1, args.rounds + 1):
             for side in sides:
-                if not side.own and side.code.root not in chores:
-                    chores[side.code.root] = trees.Chores(side.code, workdir)
-                    stack.callback(chores[side.code.root].close)
-            phases: list[Phase] = []
-            for number in range(1, args.rounds + 1):
-                for side in sides:
-                    with side_database(side, server, args.keep, chores) as dsn:
-                        phases.append(phase(side, dsn, number, args.rounds, settings))
-        problems = report(args, settings, sides, info, phases, (loads_start, os.getloadavg()))
-        failed = bool(problems)
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
-    finally:
-        common.clean_up(workdir, failed, args.keep)
+                with harness.tree_database(server, "latency", args.keep, side.schema_code, trees) as dsn:
+                    phases.append(phase(side, dsn, number, args.rounds, settings))
+    problems = report(args, settings, sides, info, phases, (loads_start, os.getloadavg()))
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

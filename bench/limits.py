@@ -36,16 +36,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
-import tarfile
-import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,14 +47,12 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from bench import common
+from bench import harness
 from bench import run as base
+from bench.harness import BenchError, Chores, Code, log
 from wfctl.queries import parse_blocks
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-JOB = base.BENCH / "limits_job.py"
-BenchError = base.BenchError
-log = base.log
 
 NEVER_BINDS = 100_000  # the concurrency and per-key limits of (b) and (c)
 NEVER_BINDING_RATE = "1000000/1s"  # the rate of (c)
@@ -70,100 +62,6 @@ GOAL_NON_BINDING = 0.90  # "a limit set high enough not to bind costs under 10 %
 
 FULL = {"n": 8000, "rounds": 5, "workers": 4, "timeout": 600.0}
 QUICK = {"n": 120, "rounds": 1, "workers": 1, "timeout": 60.0}
-
-
-# -- the code trees --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Code:
-    """A wfctl source tree: its wfctl package, sql/ and bench/noop_app.py."""
-
-    label: str
-    root: Path
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(self.root)}
-
-
-class Chores:
-    """bench/limits_job.py running with one tree's wfctl, for the whole run: one command per
-    line, one reply per line."""
-
-    def __init__(self, code: Code, workdir: Path) -> None:
-        self.code = code
-        self.errors = workdir / f"chores-{code.root.name}.log"
-        with open(self.errors, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(JOB)],
-                cwd=code.root,
-                env=code.env(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-
-    def __call__(self, do: str, **command: Any) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps({"do": do, **command}) + "\n")
-            self.proc.stdin.flush()
-            reply = self.proc.stdout.readline().strip()
-        except OSError as exc:
-            reply = f"error: {exc}"
-        if reply != "ok":
-            tail = self.errors.read_text("utf-8", errors="replace").strip()[-2000:]
-            raise BenchError(f"{JOB.name} {do} with {self.code.label}: {reply or 'no reply'}\n{tail}".strip())
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def _git(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(["git", "-C", str(base.REPO), *args], capture_output=True, stdin=subprocess.DEVNULL)
-
-
-def working_tree() -> Code:
-    head = _git("rev-parse", "--short", "HEAD")
-    if head.returncode != 0:
-        return Code(f"the source tree {base.REPO}", base.REPO)
-    dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    changes = " + uncommitted changes" if dirty else ""
-    return Code(f"the working tree (HEAD {head.stdout.decode().strip()}{changes})", base.REPO)
-
-
-def resolve_code(spec: str, workdir: Path) -> Code:
-    """A directory holding a source tree, or a commit of this repository (``git archive``d into
-    the work directory)."""
-    path = Path(spec)
-    if path.is_dir():
-        root = path.resolve()
-        label = str(root)
-    else:
-        rev = _git("rev-parse", "--verify", "--short", f"{spec}^{{commit}}")
-        if rev.returncode != 0:
-            raise BenchError(f"{spec!r} is neither a directory nor a commit of {base.REPO}")
-        short = rev.stdout.decode().strip()
-        root = workdir / f"code-{short}"
-        if not root.is_dir():
-            archive = _git("archive", "--format=tar", short)
-            if archive.returncode != 0:
-                raise BenchError(f"git archive {short} failed: {archive.stderr.decode().strip()}")
-            root.mkdir(parents=True)
-            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-                tar.extractall(root, filter="data")
-        label = f"commit {short}"
-    for needed in ("wfctl/__init__.py", "sql/migrations", "bench/noop_app.py"):
-        if not (root / needed).exists():
-            raise BenchError(f"{root} is not a wfctl source tree: {needed} is missing")
-    return Code(label, root)
 
 
 # -- the variants ------------------------------------------------------------------------------------
@@ -258,7 +156,7 @@ class Binding:
     mean_leases: float | None  # over time, from the first sample to the last
 
 
-def run_phase(variant: Variant, dsn: str, opts: base.Options, sampler: base.RssSampler) -> Phase:
+def run_phase(variant: Variant, dsn: str, opts: base.Options, sampler: harness.RssSampler) -> Phase:
     result = base.SideResult(variant.name)
     base.throughput(variant, dsn, opts, sampler, result)
     if not (result.verification and result.verification.ok):
@@ -266,17 +164,12 @@ def run_phase(variant: Variant, dsn: str, opts: base.Options, sampler: base.RssS
     return Phase.of(result)
 
 
-def rotated(items: Sequence[Variant], by: int) -> list[Variant]:
-    shift = by % len(items)
-    return [*items[shift:], *items[:shift]]
-
-
 def rounds(
-    variants: list[Variant], dsns: dict[str, str], opts: base.Options, count: int, sampler: base.RssSampler
+    variants: list[Variant], dsns: dict[str, str], opts: base.Options, count: int, sampler: harness.RssSampler
 ) -> list[Round]:
     done = []
     for number in range(1, count + 1):
-        order = rotated(variants, number - 1)
+        order = harness.rotated(variants, number - 1)
         current = Round(number, [v.name for v in order], os.getloadavg()[0])
         log(f"round {number}/{count}: {' '.join(current.order)} (load {current.load:.2f})")
         for variant in order:
@@ -285,7 +178,7 @@ def rounds(
     return done
 
 
-def binding(chores: Chores, dsn: str, opts: base.Options, limit: int, sampler: base.RssSampler) -> Binding:
+def binding(chores: Chores, dsn: str, opts: base.Options, limit: int, sampler: harness.RssSampler) -> Binding:
     spec = Spec("binding", f"concurrency {limit}", {"concurrency": limit})
     variant = Variant(spec, chores)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -306,11 +199,11 @@ def binding(chores: Chores, dsn: str, opts: base.Options, limit: int, sampler: b
 # -- the report ----------------------------------------------------------------------------------------
 
 
-_num = base._num
-_ratio = base._ratio
-_x = common.ratio_text
-_median = common.median
-spread = common.spread
+_num = harness.num
+_ratio = harness.ratio
+_x = harness.ratio_text
+_median = harness.median
+spread = harness.spread
 
 
 RATIOS = (("none", "before", "a/before"), ("limit", "none", "b/a"), ("keyed", "none", "c/a"))
@@ -354,7 +247,7 @@ def rounds_table(done: list[Round], specs: dict[str, Spec], steady: bool) -> Non
             *[f"**{_x(_median(values))}**" for values in ratios.values()],
         ]
     )
-    base.table(header, rows)
+    harness.table(header, rows)
 
 
 def report(
@@ -362,7 +255,7 @@ def report(
     bound: Binding | None,
     specs: dict[str, Spec],
     codes: dict[str, Code],
-    server: base.Server,
+    server: harness.Server,
     opts: base.Options,
     loads: tuple[tuple[float, ...], tuple[float, ...]],
 ) -> list[str]:
@@ -373,19 +266,12 @@ def report(
         f"worker processes (wfctl --concurrency {opts.concurrency}{extra}), {len(done)} round(s), "
         f"{os.cpu_count()} CPUs"
     )
-    print(
-        f"server: PostgreSQL {server.version}, {server.description}, fsync={server.fsync}, "
-        f"synchronous_commit={server.synchronous_commit}"
-    )
+    print(harness.server_line(server))
     print(
         f"code: current = {codes['current'].label}"
         + (f"; before = {codes['before'].label}" if "before" in codes else "")
     )
-    start, end = loads
-    print(
-        "load average (1, 5, 15 min): "
-        f"{' '.join(f'{v:.2f}' for v in start)} at the start, {' '.join(f'{v:.2f}' for v in end)} at the end"
-    )
+    print(harness.loads_line(loads))
     print()
     print("## workflows/s, steady (first claim -> last completion, database clock)")
     print()
@@ -394,7 +280,7 @@ def report(
     print()
     rounds_table(done, specs, steady=False)
     keys = [k for k in specs if all(k in r.phases for r in done)]
-    base.table(
+    harness.table(
         ["transactions per workflow (median)", *[specs[k].title for k in keys]],
         [
             [
@@ -418,7 +304,7 @@ def report(
             f"{opts.workers} workers x {opts.concurrency}"
         )
         print()
-        base.table(
+        harness.table(
             ["figure", "(a) no limits, median", f"concurrency {bound.limit}", "binding / (a)"],
             [
                 [
@@ -480,9 +366,7 @@ def report(
             f"binding: concurrency {bound.limit}: most leases at once {bound.most_leases} "
             f"({'the limit, reached' if bound.most_leases == bound.limit else 'NOT the limit'})"
         )
-    print(f"verification: {'OK' if not problems else 'FAILED'}")
-    for problem in problems:
-        print(f"  {problem}")
+    harness.verdict("verification", problems)
     return problems
 
 
@@ -495,7 +379,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="The cost of flow-control limits on the standard benchmark's workload "
         "(see bench/README.md).",
     )
-    common.add_server_dsn(parser)
+    harness.add_server_dsn(parser)
     parser.add_argument(
         "--before",
         metavar="REV|DIR",
@@ -554,8 +438,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common.stop)
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-limits-"))
+    return harness.frame("wfctl-bench-limits-", args.keep, lambda workdir: run(args, workdir))
+
+
+def run(args: argparse.Namespace, workdir: Path) -> int:
     opts = base.Options(
         args.n,
         args.steps,
@@ -568,30 +454,28 @@ def main(argv: list[str] | None = None) -> int:
         shlex.split(args.worker_args),
         settle=0.0 if args.quick else 1.0,
     )
-    failed = True
-    sampler = base.RssSampler()
+    sampler = harness.RssSampler()
     sampler.start()
     try:
-        codes = {"current": resolve_code(args.code, workdir) if args.code else working_tree()}
+        codes = {"current": harness.resolve_code(args.code, workdir) if args.code else harness.working_tree()}
         if args.before:
-            codes["before"] = resolve_code(args.before, workdir)
+            codes["before"] = harness.resolve_code(args.before, workdir)
         loads_start = os.getloadavg()
         with contextlib.ExitStack() as stack:
-            chores = {name: Chores(code, workdir) for name, code in codes.items()}
-            for job in chores.values():
-                stack.callback(job.close)
+            trees = harness.Trees(workdir, stack)
+            chores = {name: trees(code) for name, code in codes.items()}
             current = [Variant(NONE, chores["current"]), Variant(LIMIT, chores["current"])]
             if not args.no_keyed:
                 current.append(Variant(KEYED, chores["current"]))
             variants = ([Variant(BEFORE, chores["before"])] if "before" in chores else []) + current
             specs = {v.name: v.spec for v in variants}
-            server, description = stack.enter_context(common.server_dsn(args.server_dsn, workdir))
-            info = base.describe_server(server, description)
-            common.warn_if_not_durable(info)
+            server, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
+            info = harness.describe_server(server, description)
+            harness.warn_if_not_durable(info)
             dsns: dict[str, str] = {}
             for name, code in codes.items():
                 dsn = stack.enter_context(
-                    base.fresh_database(server, f"limits_{name}", args.keep, install=False)
+                    harness.fresh_database(server, f"limits_{name}", args.keep, install=False)
                 )
                 log(f"{name}: installing the schema of {code.label}")
                 chores[name]("migrate", dsn=dsn)
@@ -607,30 +491,25 @@ def main(argv: list[str] | None = None) -> int:
                     args.binding_limit,
                     sampler,
                 )
-        problems = report(done, bound, specs, codes, info, opts, (loads_start, os.getloadavg()))
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "options": {k: v for k, v in dataclasses.asdict(opts).items() if k != "workdir"},
-                        "server": dataclasses.asdict(info),
-                        "code": {k: c.label for k, c in codes.items()},
-                        "databases": {k: conninfo_to_dict(d).get("dbname") for k, d in dsns.items()},
-                        "rounds": [dataclasses.asdict(r) for r in done],
-                        "binding": dataclasses.asdict(bound) if bound else None,
-                        "problems": problems,
-                    },
-                    indent=2,
-                )
-            )
-        failed = bool(problems)
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
     finally:
         sampler.stop()
-        common.clean_up(workdir, failed, args.keep)
+    problems = report(done, bound, specs, codes, info, opts, (loads_start, os.getloadavg()))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "options": {k: v for k, v in dataclasses.asdict(opts).items() if k != "workdir"},
+                    "server": dataclasses.asdict(info),
+                    "code": {k: c.label for k, c in codes.items()},
+                    "databases": {k: conninfo_to_dict(d).get("dbname") for k, d in dsns.items()},
+                    "rounds": [dataclasses.asdict(r) for r in done],
+                    "binding": dataclasses.asdict(bound) if bound else None,
+                    "problems": problems,
+                },
+                indent=2,
+            )
+        )
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

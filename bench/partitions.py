@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -48,7 +45,8 @@ from typing import Any
 
 import psycopg
 
-from bench import run as base
+from bench import harness
+from bench.harness import REPO, BenchError, log
 from wfctl import control, partitions
 from wfctl.queries import parse_blocks
 
@@ -84,7 +82,7 @@ def run_sql(dsn: str, name: str, params: dict[str, Any] | None = None) -> list[t
 
 @contextmanager
 def layout_database(server_dsn: str, layout: str, old_partitions: int) -> Iterator[str]:
-    with base.fresh_database(server_dsn, f"part_{layout[:5]}", keep=False) as dsn:
+    with harness.fresh_database(server_dsn, f"part_{layout[:5]}", keep=False) as dsn:
         if layout == "partitioned":
             with psycopg.connect(dsn, autocommit=True) as conn:
                 partitions.convert(conn, 1)
@@ -100,7 +98,7 @@ POLL = 0.02
 def worker_command(dsn: str, *extra: str) -> tuple[list[str], dict[str, str]]:
     cmd = [sys.executable, "-m", "wfctl", "worker", "--app", "bench.noop_app", *extra, "--dsn", dsn]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WFCTL_", "PG"))}
-    env["PYTHONPATH"] = str(base.REPO)
+    env["PYTHONPATH"] = str(REPO)
     return cmd, env
 
 
@@ -111,24 +109,22 @@ def wait_completed(dsn: str, since: Any, n: int, timeout: float = 600.0) -> None
     with psycopg.connect(dsn, autocommit=True) as conn:
         while conn.execute(SQL["unfinished_since"], {"since": since}).fetchone()[0]:  # type: ignore[index]
             if time.monotonic() > deadline:
-                raise base.BenchError(f"not all {n} finished within {timeout:.0f} s")
+                raise BenchError(f"not all {n} finished within {timeout:.0f} s")
             time.sleep(POLL)
         done = conn.execute(SQL["completed_since"], {"since": since}).fetchone()[0]  # type: ignore[index]
     if done != n:
-        raise base.BenchError(f"{done} of {n} completed")
+        raise BenchError(f"{done} of {n} completed")
 
 
-def warm_round(dsn: str, n: int, workers: int) -> float:
+def warm_round(dsn: str, n: int, workers: int, workdir: Path) -> float:
     """workflows/s from the submit's return until all N are completed, the workers started and
     warmed before."""
     run_sql(dsn, "empty")
     run_sql(dsn, "vacuum")
     run_sql(dsn, "checkpoint")
     cmd, env = worker_command(dsn)
-    logs = [log_file() for _ in range(workers)]  # a pipe nobody reads would stop a worker
-    procs = [
-        subprocess.Popen(cmd, cwd=base.REPO, env=env, stdout=subprocess.DEVNULL, stderr=log) for log in logs
-    ]
+    pool = harness.Workers(workdir, "warm", None, REPO, env)
+    pool.start(cmd, workers)
     try:
         warm_since = run_sql(dsn, "db_now")[0][0]
         run_sql(dsn, "submit", {"n": WARMUP_PER_WORKER * workers, "steps": 3})
@@ -139,43 +135,29 @@ def warm_round(dsn: str, n: int, workers: int) -> float:
         wait_completed(dsn, since, n)
         seconds = time.perf_counter() - start
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait(timeout=60)
-        errors = []
-        for log in logs:
-            log.seek(0)
-            errors.append(log.read()[-2000:])
-            log.close()
-    if any(p.returncode for p in procs):
-        raise base.BenchError(f"a worker failed: {errors}")
+        codes = pool.terminate(60)
+    if any(code != 0 for code in codes):
+        raise BenchError(f"a worker failed: {codes}\n{pool.tails()}")
     return n / seconds
 
 
-def log_file() -> Any:
-    return tempfile.TemporaryFile(mode="w+b")
-
-
-def hot_round(dsn: str, n: int, workers: int) -> float:
+def hot_round(dsn: str, n: int, workers: int, workdir: Path) -> float:
     """workflows/s from the workers' start until the last one exits, all N completed."""
     run_sql(dsn, "empty")
     run_sql(dsn, "submit", {"n": n, "steps": 3})
     run_sql(dsn, "vacuum")
     run_sql(dsn, "checkpoint")
     cmd, env = worker_command(dsn, "--burst")
-    start = time.perf_counter()
-    procs = [
-        subprocess.Popen(cmd, cwd=base.REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        for _ in range(workers)
-    ]
-    errors = [p.communicate(timeout=600)[1] for p in procs]
-    seconds = time.perf_counter() - start
-    if any(p.returncode for p in procs):
-        raise base.BenchError(f"a worker failed: {errors}")
+    with harness.Workers(workdir, "cold", None, REPO, env) as pool:
+        start = time.perf_counter()
+        pool.start(cmd, workers)
+        codes = pool.wait(600)
+        seconds = time.perf_counter() - start
+    if any(code != 0 for code in codes):
+        raise BenchError(f"a worker failed: {codes}\n{pool.tails()}")
     completed, total = run_sql(dsn, "completed")[0]
     if completed != n or total != n:
-        raise base.BenchError(f"{completed} of {total} completed, expected {n}")
+        raise BenchError(f"{completed} of {total} completed, expected {n}")
     return n / seconds
 
 
@@ -201,10 +183,10 @@ def prune_phase(server_dsn: str, layout: str, rows: int, budget: float) -> Prune
         if layout == "partitioned":  # the history's intervals exist, as after a conversion
             for days in range(30, 42):
                 run_sql(dsn, "old_partition", {"days": days})
-        base.log(f"{layout}: generating {rows:,} finished workflows with a step each")
+        log(f"{layout}: generating {rows:,} finished workflows with a step each")
         generate(dsn, rows)
         ((workflows, steps),) = run_sql(dsn, "counts")
-        base.log(f"{layout}: {workflows:,} workflows, {steps:,} steps; pruning")
+        log(f"{layout}: {workflows:,} workflows, {steps:,} steps; pruning")
         deleted = [0]
 
         def progress(n: int) -> None:
@@ -219,12 +201,12 @@ def prune_phase(server_dsn: str, layout: str, rows: int, budget: float) -> Prune
             except OutOfBudget:
                 seconds = time.perf_counter() - start
                 left = run_sql(dsn, "counts")[0]
-                base.log(f"{layout}: stopped at the budget after {seconds:.0f} s, {left[0]:,} left")
+                log(f"{layout}: stopped at the budget after {seconds:.0f} s, {left[0]:,} left")
                 return PruneResult(layout, workflows - left[0], steps - left[1], seconds, None, False)
             seconds = time.perf_counter() - start
         left = run_sql(dsn, "counts")[0]
         if (done.workflows, done.steps) != (workflows, steps) or left != (0, 0):
-            raise base.BenchError(f"{layout}: pruned {done}, left {left}")
+            raise BenchError(f"{layout}: pruned {done}, left {left}")
         return PruneResult(layout, done.workflows, done.steps, seconds, done.partitions)
 
 
@@ -235,7 +217,7 @@ def load_average() -> str:
 PROTOCOLS = {"warm": warm_round, "cold": hot_round}
 
 
-def hot_path(server: str, opts: dict[str, int]) -> None:
+def hot_path(server: str, opts: dict[str, int], workdir: Path) -> None:
     with ExitStack() as stack:
         dbs = {
             layout: stack.enter_context(layout_database(server, layout, opts["old_partitions"]))
@@ -243,13 +225,11 @@ def hot_path(server: str, opts: dict[str, int]) -> None:
         }
         rates: dict[tuple[str, str], list[float]] = {(p, lay): [] for p in PROTOCOLS for lay in LAYOUTS}
         for r in range(opts["rounds"]):
-            order = LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]
+            order = harness.rotated(LAYOUTS, r)  # two layouts: each round the other first
             for protocol, timed in PROTOCOLS.items():
                 for layout in order:
-                    rates[protocol, layout].append(timed(dbs[layout], opts["n"], opts["workers"]))
-            base.log(
-                f"round {r + 1}: " + ", ".join(f"{p} {lay} {v[-1]:.0f}/s" for (p, lay), v in rates.items())
-            )
+                    rates[protocol, layout].append(timed(dbs[layout], opts["n"], opts["workers"], workdir))
+            log(f"round {r + 1}: " + ", ".join(f"{p} {lay} {v[-1]:.0f}/s" for (p, lay), v in rates.items()))
     for protocol in PROTOCOLS:
         unpart, part = rates[protocol, "unpartitioned"], rates[protocol, "partitioned"]
         ratios = [p / u for p, u in zip(part, unpart, strict=True)]
@@ -314,12 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, key)
         if value is not None:
             opts[key] = value
-    with ExitStack() as stack:
-        server = args.server_dsn
-        if not server:
-            server = stack.enter_context(
-                base.embedded_server(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            )
+    return harness.frame("wfctl-bench-partitions-", False, lambda workdir: run(args, opts, workdir))
+
+
+def run(args: argparse.Namespace, opts: dict[str, int], workdir: Path) -> int:
+    with harness.server_dsn(args.server_dsn, workdir) as (server, _description):
         print(
             f"wfctl partitions benchmark: N={opts['n']} workflows x 3 no-op steps, W={opts['workers']} "
             f"workers, {opts['rounds']} round(s); partitioned: 8 intervals ahead + "
@@ -327,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"load average (1, 5, 15 min): {load_average()}")
         if opts["rounds"]:
-            hot_path(server, opts)
+            hot_path(server, opts, workdir)
         if opts["prune_rows"]:
             layouts = LAYOUTS if args.prune_layout == "both" else (args.prune_layout,)
             prune_table(server, opts["prune_rows"], args.prune_budget, layouts)

@@ -33,30 +33,25 @@ import contextlib
 import json
 import os
 import random
-import re
-import secrets
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "bench"
+if not __package__:  # python bench/run.py: the tree's root on the path, for bench.harness
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import harness
+from bench.harness import BENCH, REPO, BenchError, log, wfctl_command
 
 # Targets (2-core machine, N=2000, S=3, W=4).
 TARGET_RATIO = 5.0  # wfctl workflows/s over naive workflows/s, at least
@@ -64,16 +59,7 @@ TARGET_P50_MS = 5.0  # wfctl submit-to-start p50, under
 TARGET_RSS_MB = 80.0  # wfctl peak RSS per worker process, under
 
 POLL = 0.02  # seconds between progress polls of the throughput phase
-LATENCY_POLL = 0.005  # seconds between polls while waiting for a latency workflow to finish
 WARMUP = 3  # latency-phase workflows submitted first and not counted (worker start-up)
-
-
-def log(message: str) -> None:
-    print(f"bench: {message}", file=sys.stderr, flush=True)
-
-
-class BenchError(Exception):
-    pass
 
 
 @dataclass
@@ -171,180 +157,12 @@ class WfctlSide(Side):
         return wfctl.submit(conn, self.workflow_type, {"steps": steps})
 
 
-def wfctl_command() -> list[str]:
-    return [sys.executable, "-m", "wfctl"]
-
-
 def wfctl_worker_available() -> bool:
     done = subprocess.run([*wfctl_command(), "worker", "--help"], cwd=REPO, capture_output=True)
     return done.returncode == 0
 
 
 # -- processes and their memory ----------------------------------------------------------------
-
-
-class RssSampler(threading.Thread):
-    """Peak VmRSS (kB) of watched processes, each counted with its descendants."""
-
-    def __init__(self, interval: float = 0.025) -> None:
-        super().__init__(daemon=True)
-        self.interval = interval
-        self.peaks: dict[int, int] = {}
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-
-    def watch(self, pid: int) -> None:
-        with self._lock:
-            self.peaks.setdefault(pid, 0)
-
-    def sample(self) -> None:
-        with self._lock:
-            pids = list(self.peaks)
-        if not pids:
-            return
-        children = _children_map()
-        for pid in pids:
-            total = sum(_rss_kb(p) for p in _tree(pid, children))
-            with self._lock:
-                self.peaks[pid] = max(self.peaks[pid], total)
-
-    def run(self) -> None:
-        while not self._done.wait(self.interval):
-            self.sample()
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
-
-
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    return children
-
-
-def _tree(pid: int, children: dict[int, list[int]]) -> Iterator[int]:
-    yield pid
-    for child in children.get(pid, ()):
-        yield from _tree(child, children)
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-class Workers:
-    """Worker processes of one phase, with their output in log files under the work dir."""
-
-    def __init__(
-        self,
-        opts: Options,
-        sampler: RssSampler,
-        label: str,
-        cwd: Path = REPO,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.opts = opts
-        self.cwd = cwd
-        self.env = env
-        self.sampler = sampler
-        self.label = label
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs: list[Path] = []
-
-    def start(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        path = self.opts.workdir / f"{self.label}-{len(self.procs) + 1}.log"
-        with open(path, "wb") as out:
-            proc = subprocess.Popen(
-                cmd, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-            )
-        self.sampler.watch(proc.pid)
-        self.procs.append(proc)
-        self.logs.append(path)
-        return proc
-
-    def alive(self) -> int:
-        return sum(1 for p in self.procs if p.poll() is None)
-
-    def wait(self, timeout: float) -> list[int | None]:
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.0, deadline - time.monotonic()))
-        return [p.poll() for p in self.procs]
-
-    def terminate(self, grace: float = 30.0) -> list[int | None]:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        codes = self.wait(grace)
-        self.kill()
-        return codes
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-
-    def tails(self, lines: int = 15) -> str:
-        out = []
-        for path in self.logs:
-            text = path.read_text("utf-8", errors="replace").splitlines()[-lines:]
-            out.append(f"--- {path}\n" + "\n".join(text))
-        return "\n".join(out)
-
-
-# -- database figures --------------------------------------------------------------------------
-
-
-def xact_commits(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute(
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def wal_flushes(conn: psycopg.Connection[Any]) -> int | None:
-    """WAL fsyncs of the whole server so far: pg_stat_io (18+) or pg_stat_wal (14-17)."""
-    version = conn.info.server_version
-    try:
-        if version >= 180000:
-            row = conn.execute("SELECT sum(fsyncs) FROM pg_stat_io WHERE object = 'wal'").fetchone()
-        elif version >= 140000:
-            row = conn.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
-        else:
-            return None
-    except psycopg.Error:
-        return None
-    return int(row[0]) if row and row[0] is not None else None
-
-
-def prepare_tables(dsn: str) -> None:
-    """Same treatment for both sides before timing: fresh statistics and a checkpoint."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE workflows, workflow_steps")
-        with contextlib.suppress(psycopg.Error):
-            conn.execute("CHECKPOINT")
-
-
 @dataclass
 class Verification:
     workflows: int
@@ -357,7 +175,11 @@ class Verification:
     ok: bool = False
 
 
-def verify(conn: psycopg.Connection[Any], side: Side, opts: Options, codes: list[int | None]) -> Verification:
+def verify(
+    conn: psycopg.Connection[Any], workflow_type: str, n: int, steps: int, codes: list[int | None]
+) -> Verification:
+    """The throughput phase's runs of one type: n completed, each claimed once, with steps rows
+    numbered 1..steps, all completed; and every worker exited 0."""
     row = conn.execute(
         """
         SELECT count(*),
@@ -365,15 +187,15 @@ def verify(conn: psycopg.Connection[Any], side: Side, opts: Options, codes: list
                count(*) FILTER (WHERE lease_epoch > 1 OR attempt > 1)
         FROM workflows WHERE workflow_type = %s
         """,
-        (side.workflow_type,),
+        (workflow_type,),
     ).fetchone()
-    steps = conn.execute(
+    step_rows = conn.execute(
         """
         SELECT count(*), count(*) FILTER (WHERE s.status = 'completed')
         FROM workflow_steps s JOIN workflows w ON w.id = s.workflow_id
         WHERE w.workflow_type = %s
         """,
-        (side.workflow_type,),
+        (workflow_type,),
     ).fetchone()
     wrong = conn.execute(
         """
@@ -384,16 +206,16 @@ def verify(conn: psycopg.Connection[Any], side: Side, opts: Options, codes: list
             HAVING count(s.id) <> %s OR min(s.step_number) <> 1 OR max(s.step_number) <> %s
         ) AS bad
         """,
-        (side.workflow_type, opts.steps, opts.steps),
+        (workflow_type, steps, steps),
     ).fetchone()
-    assert row is not None and steps is not None and wrong is not None
-    result = Verification(row[0], row[1], row[2], steps[0], steps[1], wrong[0], codes)
+    assert row is not None and step_rows is not None and wrong is not None
+    result = Verification(row[0], row[1], row[2], step_rows[0], step_rows[1], wrong[0], codes)
     result.ok = (
-        result.workflows == opts.n
-        and result.completed == opts.n
+        result.workflows == n
+        and result.completed == n
         and result.claimed_more_than_once == 0
-        and result.step_rows == opts.n * opts.steps
-        and result.steps_completed == opts.n * opts.steps
+        and result.step_rows == n * steps
+        and result.steps_completed == n * steps
         and result.workflows_with_wrong_step_count == 0
         and all(code == 0 for code in codes)
     )
@@ -422,53 +244,42 @@ class SideResult:
     verification: Verification | None = None
 
 
-def throughput(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: SideResult) -> None:
+def throughput(side: Side, dsn: str, opts: Options, sampler: harness.RssSampler, result: SideResult) -> None:
     log(f"{side.name}: enqueueing {opts.n} workflows of {opts.steps} steps")
     side.enqueue(dsn, opts)
-    prepare_tables(dsn)
-    workers = Workers(opts, sampler, f"{side.name}-burst", side.cwd, side.env)
+    harness.prepare_tables(dsn)
     monitor = psycopg.connect(dsn, autocommit=True)
     monitor_xacts = 2  # the two reads just below
-    try:
-        commits_before = xact_commits(monitor)
-        flushes_before = wal_flushes(monitor)
-        cmd = side.worker_command(dsn, opts, burst=True)
-        log(f"{side.name}: starting {opts.workers} workers: {' '.join(cmd)}")
-        start = time.monotonic()
-        for _ in range(opts.workers):
-            workers.start(cmd)
-        deadline = start + opts.timeout
-        while True:
-            row = monitor.execute(
-                "SELECT count(*) FROM workflows WHERE workflow_type = %s AND status = 'completed'",
-                (side.workflow_type,),
-            ).fetchone()
-            monitor_xacts += 1
-            done = row[0] if row else 0
-            if done >= opts.n:
-                result.wall_s = time.monotonic() - start
-                break
-            if workers.alive() == 0:
-                raise BenchError(
-                    f"{side.name}: every worker exited with {done}/{opts.n} completed\n{workers.tails()}"
-                )
-            if time.monotonic() > deadline:
-                raise BenchError(
-                    f"{side.name}: {done}/{opts.n} completed after {opts.timeout:.0f} s\n{workers.tails()}"
-                )
-            time.sleep(POLL)
-        codes = workers.wait(60.0)
-        if any(code is None for code in codes):
-            log(f"{side.name}: workers still running 60 s after the last completion; stopping them")
-            codes = workers.terminate()
-    finally:
-        monitor.close()
-        workers.kill()
+    with harness.Workers(opts.workdir, f"{side.name}-burst", sampler, side.cwd, side.env) as workers:
+        try:
+            commits_before = harness.xact_commits(monitor)
+            flushes_before = harness.wal_flushes(monitor)
+            cmd = side.worker_command(dsn, opts, burst=True)
+            log(f"{side.name}: starting {opts.workers} workers: {' '.join(cmd)}")
+            start = time.monotonic()
+            workers.start(cmd, opts.workers)
+
+            def completed() -> tuple[bool, str]:
+                row = monitor.execute(
+                    "SELECT count(*) FROM workflows WHERE workflow_type = %s AND status = 'completed'",
+                    (side.workflow_type,),
+                ).fetchone()
+                done = row[0] if row else 0
+                return done >= opts.n, f"{done}/{opts.n} completed"
+
+            monitor_xacts += harness.wait_for(completed, side.name, opts.timeout, workers, POLL, burst=True)
+            result.wall_s = time.monotonic() - start
+            codes = workers.wait(60.0)
+            if any(code is None for code in codes):
+                log(f"{side.name}: workers still running 60 s after the last completion; stopping them")
+                codes = workers.terminate()
+        finally:
+            monitor.close()
     time.sleep(opts.settle)  # exited backends have flushed their statistics by now
     with psycopg.connect(dsn, autocommit=True) as conn:
-        commits_after = xact_commits(conn)
-        flushes_after = wal_flushes(conn)
-        result.verification = verify(conn, side, opts, codes)
+        commits_after = harness.xact_commits(conn)
+        flushes_after = harness.wal_flushes(conn)
+        result.verification = verify(conn, side.workflow_type, opts.n, opts.steps, codes)
         span = conn.execute(
             """
             SELECT extract(epoch FROM max(coalesce(finished_at, updated_at)) - min(started_at))
@@ -490,29 +301,13 @@ def throughput(side: Side, dsn: str, opts: Options, sampler: RssSampler, result:
     )
 
 
-def wait_finished(conn: psycopg.Connection[Any], workflow_id: UUID, timeout: float, workers: Workers) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        row = conn.execute("SELECT status FROM workflows WHERE id = %s", (workflow_id,)).fetchone()
-        if row and row[0] == "completed":
-            return
-        if row and row[0] in ("failed", "cancelled"):
-            raise BenchError(f"latency workflow {workflow_id} ended {row[0]}")
-        if workers.alive() == 0:
-            raise BenchError(f"the idle worker exited\n{workers.tails()}")
-        if time.monotonic() > deadline:
-            raise BenchError(f"latency workflow {workflow_id} not completed after {timeout:.0f} s")
-        time.sleep(LATENCY_POLL)
-
-
-def latency(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: SideResult) -> None:
+def latency(side: Side, dsn: str, opts: Options, sampler: harness.RssSampler, result: SideResult) -> None:
     if opts.latency_count <= 0:
         return
-    workers = Workers(opts, sampler, f"{side.name}-idle", side.cwd, side.env)
     rng = random.Random(opts.seed)
-    prepare_tables(dsn)
+    harness.prepare_tables(dsn)
     log(f"{side.name}: submit-to-start latency, {opts.latency_count} workflows one at a time")
-    try:
+    with harness.Workers(opts.workdir, f"{side.name}-idle", sampler, side.cwd, side.env) as workers:
         workers.start(side.worker_command(dsn, opts, burst=False))
         ids: list[UUID] = []
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -520,7 +315,7 @@ def latency(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: Si
                 # a random pause, so that a polling worker is met at a random point of its cycle
                 time.sleep(rng.uniform(0.02, 0.12))
                 workflow_id = side.submit_one(conn, opts.steps)
-                wait_finished(conn, workflow_id, 60.0 if i < WARMUP else 30.0, workers)
+                harness.wait_finished(conn, workflow_id, 60.0 if i < WARMUP else 30.0, workers)
                 if i >= WARMUP:
                     ids.append(workflow_id)
             rows = conn.execute(
@@ -530,8 +325,6 @@ def latency(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: Si
         codes = workers.terminate()
         if any(code not in (0, -signal.SIGTERM) for code in codes):
             log(f"{side.name}: the idle worker exited with {codes} after SIGTERM")
-    finally:
-        workers.kill()
     samples = sorted(float(r[0]) for r in rows)
     result.latency_samples = len(samples)
     result.latency_p50_ms = statistics.median(samples)
@@ -544,7 +337,7 @@ def latency(side: Side, dsn: str, opts: Options, sampler: RssSampler, result: Si
 
 def run_side(side: Side, dsn: str, opts: Options) -> SideResult:
     result = SideResult(side.name)
-    sampler = RssSampler()
+    sampler = harness.RssSampler()
     sampler.start()
     try:
         throughput(side, dsn, opts, sampler, result)
@@ -556,155 +349,12 @@ def run_side(side: Side, dsn: str, opts: Options) -> SideResult:
     return result
 
 
-def pgbench(dsn: str, seconds: int, clients: int) -> float:
-    """Single-row INSERT transactions per second (bench/pgbench_commit.sql) on dsn's server."""
-    if shutil.which("pgbench") is None:
-        raise BenchError("pgbench is not installed (apt-get install postgresql-client)")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE wfctl_bench_commit "
-            "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb)"
-        )
-    try:
-        log(f"pgbench: -c {clients} -j {min(2, clients)} -T {seconds}, one single-row INSERT per transaction")
-        done = subprocess.run(
-            [
-                "pgbench",
-                "-n",
-                "-f",
-                str(BENCH / "pgbench_commit.sql"),
-                "-c",
-                str(clients),
-                "-j",
-                str(min(2, clients)),
-                "-T",
-                str(seconds),
-                dsn,
-            ],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS wfctl_bench_commit")
-    match = re.search(r"^tps = ([0-9.]+)", done.stdout, re.MULTILINE)
-    if done.returncode != 0 or match is None:
-        raise BenchError(f"pgbench failed (exit {done.returncode}): {done.stderr.strip() or done.stdout}")
-    return float(match.group(1))
-
-
-# -- where the databases live ------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    description: str
-    version: str
-    fsync: str
-    synchronous_commit: str
-
-
-def describe_server(dsn: str, description: str) -> Server:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        values = [
-            conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
-            for name in ("server_version", "fsync", "synchronous_commit")
-        ]
-    return Server(description, *values)
-
-
-@contextlib.contextmanager
-def embedded_server(workdir: Path) -> Iterator[str]:
-    from wfctl.embedded import EmbeddedServer
-
-    server = EmbeddedServer(workdir / "server", settings={"max_connections": "200"})
-    log(f"starting a durable embedded PostgreSQL in {server.home}")
-    server.ensure_running()
-    try:
-        yield server.dsn("postgres")
-    finally:
-        server.stop()
-        shutil.rmtree(server.home, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def fresh_database(server_dsn: str, label: str, keep: bool, install: bool = True) -> Iterator[str]:
-    name = f"wfctl_bench_{label}_{secrets.token_hex(4)}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(server_dsn, dbname=name)
-    try:
-        if install:
-            install_schema(dsn)
-        yield dsn
-    finally:
-        if keep:
-            log(f"kept database {name}")
-        else:
-            with psycopg.connect(server_dsn, autocommit=True) as admin:
-                admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def install_schema(dsn: str) -> None:
-    from wfctl import schema
-
-    with psycopg.connect(dsn) as conn:
-        schema.migrate(conn)
-
-
-@contextlib.contextmanager
-def shared_database(dsn: str, sides: list[Side], keep: bool) -> Iterator[str]:
-    install_schema(dsn)
-    types = [s.workflow_type for s in sides]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM workflows WHERE workflow_type = ANY(%s)", (types,)
-        ).fetchone()
-        if row and row[0]:
-            raise BenchError(
-                f"the database already holds {row[0]} workflows of type {' or '.join(types)}; "
-                "use a fresh database, or --server-dsn to let the benchmark create its own"
-            )
-    try:
-        yield dsn
-    finally:
-        if not keep:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(
-                    "DELETE FROM workflow_steps WHERE workflow_id IN "
-                    "(SELECT id FROM workflows WHERE workflow_type = ANY(%s))",
-                    (types,),
-                )
-                conn.execute("DELETE FROM workflows WHERE workflow_type = ANY(%s)", (types,))
-
-
-# -- the report -------------------------------------------------------------------------------
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:,.{digits}f}"
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def table(header: list[str], rows: list[list[str]]) -> None:
-    """A Markdown table: the first column left-aligned, the others right-aligned; a blank line after."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        cells = [
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("| " + " | ".join(cells) + " |")
-    print()
-
-
 def report(
-    results: dict[str, SideResult], server: Server, opts: Options, ceiling: float | None, pgbench_args: str
+    results: dict[str, SideResult],
+    server: harness.Server,
+    opts: Options,
+    ceiling: float | None,
+    pgbench_args: str,
 ) -> list[tuple[str, bool]]:
     naive, ours = results.get("naive"), results.get("wfctl")
     extra = "".join(f" {shlex.quote(a)}" for a in opts.worker_args)
@@ -712,10 +362,7 @@ def report(
         f"\nwfctl benchmark: N={opts.n} workflows x S={opts.steps} no-op steps, W={opts.workers} worker "
         f"processes (wfctl --concurrency {opts.concurrency}{extra}), {os.cpu_count()} CPUs"
     )
-    print(
-        f"server: PostgreSQL {server.version}, {server.description}, fsync={server.fsync}, "
-        f"synchronous_commit={server.synchronous_commit}"
-    )
+    print(harness.server_line(server))
     if ceiling is not None:
         print(
             f"commit ceiling: pgbench {pgbench_args}, one single-row INSERT per transaction: "
@@ -736,11 +383,11 @@ def report(
         out = []
         for name in columns:
             value = getattr(results[name], attr)
-            out.append(_num(None if value is None else value * scale, digits))
+            out.append(harness.num(None if value is None else value * scale, digits))
         return out
 
     def ratio(attr: str) -> float | None:
-        return _ratio(getattr(ours, attr), getattr(naive, attr)) if naive and ours else None
+        return harness.ratio(getattr(ours, attr), getattr(naive, attr)) if naive and ours else None
 
     add("workflows/s (workers start -> all completed)", per("workflows_per_s"), ratio("workflows_per_s"))
     add(
@@ -760,7 +407,7 @@ def report(
         add(
             "ceiling / transactions per workflow (workflows/s)",
             [
-                _num(ceiling / r.xacts_per_workflow if r.xacts_per_workflow else None)
+                harness.num(ceiling / r.xacts_per_workflow if r.xacts_per_workflow else None)
                 for r in results.values()
             ],
         )
@@ -779,23 +426,12 @@ def report(
         "claimed more than once",
         [str(r.verification.claimed_more_than_once) if r.verification else "n/a" for r in results.values()],
     )
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    for row in rows:
-        print(
-            "| "
-            + " | ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-            + " |"
-        )
+    harness.table(header, rows)
 
     checks: list[tuple[str, bool]] = []
-    print()
     if naive and ours:
-        steady = _ratio(ours.steady_workflows_per_s, naive.steady_workflows_per_s) or 0.0
-        wall = _ratio(ours.workflows_per_s, naive.workflows_per_s) or 0.0
+        steady = harness.ratio(ours.steady_workflows_per_s, naive.steady_workflows_per_s) or 0.0
+        wall = harness.ratio(ours.workflows_per_s, naive.workflows_per_s) or 0.0
         checks.append(
             (
                 f"wfctl workflows/s >= {TARGET_RATIO:g}x naive, steady state: {steady:.2f}x "
@@ -836,11 +472,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python bench/run.py",
         description="Benchmark wfctl against a naive worker of the reference design (see bench/README.md).",
     )
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--dsn", help="run both sides in this one existing database (types naive3, noop3)")
-    where.add_argument(
-        "--server-dsn",
-        help="create fresh databases on this server (default: $WFCTL_DSN, else a durable embedded server)",
+    harness.add_server_dsn(
+        parser,
+        "create fresh databases on this server (default: $WFCTL_DSN, else a durable embedded server)",
+        dsn_help="run both sides in this one existing database (types naive3, noop3)",
     )
     parser.add_argument("-n", type=int, default=2000, help="workflows per side (default 2000)")
     parser.add_argument("-s", "--steps", type=int, default=3, help="no-op steps per workflow (default 3)")
@@ -880,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
             "run with --only naive"
         )
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-"))
+    return harness.frame("wfctl-bench-", args.keep, lambda workdir: run(args, sides, workdir))
+
+
+def run(args: argparse.Namespace, sides: list[Side], workdir: Path) -> int:
     opts = Options(
         args.n,
         args.steps,
@@ -894,70 +532,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict[str, SideResult] = {}
     ceiling: float | None = None
-    failed = True
-    try:
-        with contextlib.ExitStack() as stack:
-            server_dsn = args.server_dsn or (None if args.dsn else os.environ.get("WFCTL_DSN"))
-            if args.dsn:
-                description = "the database given by --dsn"
-            elif server_dsn:
-                description = "fresh databases on --server-dsn/WFCTL_DSN's server"
-            else:
-                server_dsn = stack.enter_context(embedded_server(workdir))
-                description = "embedded, fresh databases"
-            server = describe_server(args.dsn or server_dsn or "", description)
-            if server.fsync != "on" or server.synchronous_commit not in (
-                "on",
-                "remote_apply",
-                "remote_write",
-            ):
-                log(
-                    f"WARNING: the server is not durable (fsync={server.fsync}, "
-                    f"synchronous_commit={server.synchronous_commit}); figures are not comparable"
-                )
-            if args.pgbench_seconds > 0:
-                if args.dsn:
-                    ceiling = pgbench(args.dsn, args.pgbench_seconds, args.pgbench_clients)
-                else:
-                    assert server_dsn is not None
-                    with fresh_database(server_dsn, "pgbench", keep=False, install=False) as dsn:
-                        ceiling = pgbench(dsn, args.pgbench_seconds, args.pgbench_clients)
-                log(f"pgbench: {ceiling:,.0f} tps")
-            if args.dsn:
-                shared = stack.enter_context(shared_database(args.dsn, sides, args.keep))
-            for side in sides:
-                if args.dsn:
-                    dsn = shared
-                else:
-                    assert server_dsn is not None
-                    dsn = stack.enter_context(fresh_database(server_dsn, side.name, args.keep))
-                results[side.name] = run_side(side, dsn, opts)
-        pgbench_args = (
-            f"-c {args.pgbench_clients} -j {min(2, args.pgbench_clients)} -T {args.pgbench_seconds}"
-        )
-        report(results, server, opts, ceiling, pgbench_args)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "options": {k: v for k, v in asdict(opts).items() if k != "workdir"},
-                        "server": asdict(server),
-                        "pgbench_tps": ceiling,
-                        "results": {k: asdict(v) for k, v in results.items()},
-                    },
-                    indent=2,
-                )
-            )
-        failed = not all(r.verification and r.verification.ok for r in results.values())
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
-    finally:
-        if failed or args.keep:
-            log(f"worker logs kept in {workdir}")
+    with contextlib.ExitStack() as stack:
+        server_dsn = ""
+        if args.dsn:
+            description = "the database given by --dsn"
         else:
-            shutil.rmtree(workdir, ignore_errors=True)
+            server_dsn, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
+        server = harness.describe_server(args.dsn or server_dsn, description)
+        harness.warn_if_not_durable(server)
+        if args.pgbench_seconds > 0:
+            if args.dsn:
+                ceiling = harness.pgbench(args.dsn, args.pgbench_seconds, args.pgbench_clients)
+            else:
+                with harness.fresh_database(server_dsn, "pgbench", keep=False, install=False) as dsn:
+                    ceiling = harness.pgbench(dsn, args.pgbench_seconds, args.pgbench_clients)
+            log(f"pgbench: {ceiling:,.0f} tps")
+        if args.dsn:
+            types = [s.workflow_type for s in sides]
+            shared = stack.enter_context(harness.shared_database(args.dsn, types, args.keep))
+        for side in sides:
+            if args.dsn:
+                dsn = shared
+            else:
+                dsn = stack.enter_context(harness.fresh_database(server_dsn, side.name, args.keep))
+            results[side.name] = run_side(side, dsn, opts)
+    pgbench_args = f"-c {args.pgbench_clients} -j {min(2, args.pgbench_clients)} -T {args.pgbench_seconds}"
+    report(results, server, opts, ceiling, pgbench_args)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "options": {k: v for k, v in asdict(opts).items() if k != "workdir"},
+                    "server": asdict(server),
+                    "pgbench_tps": ceiling,
+                    "results": {k: asdict(v) for k, v in results.items()},
+                },
+                indent=2,
+            )
+        )
+    return 0 if all(r.verification and r.verification.ok for r in results.values()) else 1
 
 
 if __name__ == "__main__":

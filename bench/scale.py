@@ -5,7 +5,7 @@
     python -m bench.scale soak       [--server-dsn DSN] [--minutes 30]
     python -m bench.scale claim-plan [--server-dsn DSN] [--sizes 20000,100000,1000000]
 
-Run from the repository root (``-m``: it imports bench/run.py's helpers, and the workers import
+Run from the repository root (``-m``: it imports bench/harness.py, and the workers import
 ``bench.noop_app``). Every phase runs W ``wfctl worker --app bench.noop_app`` processes with their
 default options on workflows of 3 no-op steps (type ``noop3``), in fresh databases on the server
 (``--server-dsn``, else ``WFCTL_DSN``, else a durable embedded server), dropped at the end.
@@ -49,10 +49,8 @@ import os
 import re
 import secrets
 import shlex
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,13 +63,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
-from bench import common
-from bench import run as base
+from bench import harness
+from bench.harness import REPO, BenchError, log, wfctl_command
 from wfctl.queries import parse_blocks, q
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-BenchError = base.BenchError
-log = base.log
 
 TYPE = "noop3"  # bench/noop_app.py
 STEPS = 3
@@ -135,11 +131,11 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True)
 
 
-median = common.median
-ratio = base._ratio
-num = base._num
-x = common.ratio_text
-spread = common.spread
+median = harness.median
+ratio = harness.ratio
+num = harness.num
+x = harness.ratio_text
+spread = harness.spread
 
 
 def mb(value: float | None) -> str:
@@ -157,8 +153,8 @@ CREATED: list[str] = []  # the databases this run made (dropped at the end unles
 
 @contextlib.contextmanager
 def database(server: str, label: str, keep: bool) -> Iterator[str]:
-    """A fresh database with the working tree's schema (bench/run.py's), remembered."""
-    with base.fresh_database(server, label, keep) as dsn:
+    """A fresh database with the working tree's schema, remembered."""
+    with harness.fresh_database(server, label, keep) as dsn:
         CREATED.append(str(conninfo_to_dict(dsn).get("dbname")))
         yield dsn
 
@@ -169,11 +165,12 @@ def upgrade(dsn: str) -> None:
     from wfctl import schema
 
     schema.migrations.cache_clear()
-    base.install_schema(dsn)
+    harness.install_schema(dsn)
 
 
 def prepare(dsn: str) -> None:
-    """Before a timed phase, as bench/run.py does: fresh statistics, and a checkpoint."""
+    """Before a timed phase, as harness.prepare_tables does (and workflow_attempts too): fresh
+    statistics, and a checkpoint."""
     with connect(dsn) as conn:
         run(conn, "vacuum_analyze")
         with contextlib.suppress(psycopg.Error):
@@ -187,29 +184,49 @@ class Pool:
     """W `wfctl worker --app bench.noop_app` processes with their default options."""
 
     def __init__(self, dsn: str, count: int, label: str, workdir: Path, extra: list[str]) -> None:
-        opts = base.Options(0, STEPS, count, 0, 0, 0.0, workdir, 1)
-        self.sampler = base.RssSampler()
-        self.procs = base.Workers(opts, self.sampler, label)
+        self.procs = harness.Workers(workdir, label)
         self.dsn = dsn
         self.count = count
-        self.cmd = [*base.wfctl_command(), "worker", "--app", "bench.noop_app", "--dsn", dsn, *extra]
+        self.label = label
+        self.cmd = [*wfctl_command(), "worker", "--app", "bench.noop_app", "--dsn", dsn, *extra]
 
     def start(self, ready_within: float = 60.0) -> None:
-        for _ in range(self.count):
-            self.procs.start(self.cmd)
-        deadline = time.monotonic() + ready_within
-        while sum(_ready(path) for path in self.procs.logs) < self.count:
-            if self.procs.alive() < self.count:
-                raise BenchError(f"a worker exited while starting\n{self.procs.tails()}")
-            if time.monotonic() > deadline:
-                raise BenchError(
-                    f"the workers were not ready after {ready_within:.0f} s\n{self.procs.tails()}"
-                )
-            time.sleep(0.05)
+        """The workers, once every one has logged "ready"."""
+        self.procs.start(self.cmd, self.count)
+        harness.wait_ready(self.procs, self.label, ready_within, 0.05)
 
     def check(self) -> None:
         if self.procs.alive() < self.count:
             raise BenchError(f"a worker exited\n{self.procs.tails()}")
+
+    def wait_for(self, poll: Poll, name: str, done: Callable[[int], bool], timeout: float) -> None:
+        """Poll the count ``name`` (every POLL) until ``done`` says so; fails when a worker exits
+        or after ``timeout`` seconds."""
+
+        def check() -> tuple[bool, str]:
+            value = poll.count(name)
+            return done(value), f"{name} {value:,}"
+
+        harness.wait_for(check, self.label, timeout, self.procs, POLL)
+
+    def drain(
+        self, name: str, done: Callable[[int], bool], timeout: float, start: float
+    ) -> tuple[float, list[int | None], Poll]:
+        """Poll the count ``name`` until ``done`` says so, then stop the workers: the seconds
+        since ``start``, the workers' exit statuses, and the poll (its own index reads)."""
+        poll = Poll(self.dsn)
+        try:
+            self.wait_for(poll, name, done, timeout)
+            seconds = time.monotonic() - start
+        finally:
+            poll.close()
+        return seconds, self.stop(), poll
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.kill()
 
     def stop(self, within: float = 60.0) -> list[int | None]:
         """SIGTERM, then wait until their sessions have ended (each flushes its statistics as it
@@ -225,13 +242,6 @@ class Pool:
 
     def kill(self) -> None:
         self.procs.kill()
-
-
-def _ready(path: Path) -> bool:
-    try:
-        return " ready" in path.read_text("utf-8", errors="replace")
-    except OSError:
-        return False
 
 
 class Poll:
@@ -263,8 +273,8 @@ def submit_file(dsn: str, n: int, workdir: Path) -> list[str]:
     path = workdir / f"input-{n}.jsonl"
     if not path.exists():
         path.write_text("".join(json.dumps({"steps": STEPS}) + "\n" for _ in range(n)), "utf-8")
-    cmd = [*base.wfctl_command(), "submit", TYPE, "--input-file", str(path), "--dsn", dsn]
-    done = subprocess.run(cmd, cwd=base.REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    cmd = [*wfctl_command(), "submit", TYPE, "--input-file", str(path), "--dsn", dsn]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise BenchError(f"wfctl submit failed (exit {done.returncode}): {done.stderr.strip()}")
     ids = done.stdout.split()
@@ -313,25 +323,12 @@ def idle_run(
         before = one(conn, "index_stats")
         vacuums = maintenance(conn)
         blocks = one(conn, "block_reads")
-    pool = Pool(dsn, workers, label, workdir, extra)
-    try:
+    with Pool(dsn, workers, label, workdir, extra) as pool:
         pool.start()
         log(f"{label}: {workers} workers idle; submitting {n:,}")
         ids = submit_file(dsn, n, workdir)
         start = time.monotonic()
-        poll = Poll(dsn)
-        try:
-            while poll.count("unfinished") > 0:
-                pool.check()
-                if time.monotonic() - start > timeout:
-                    raise BenchError(f"{label}: not finished after {timeout:.0f} s\n{pool.procs.tails()}")
-                time.sleep(POLL)
-            result.seconds = time.monotonic() - start
-        finally:
-            poll.close()
-        codes = pool.stop()
-    finally:
-        pool.kill()
+        result.seconds, codes, poll = pool.drain("unfinished", lambda left: left == 0, timeout, start)
     with connect(dsn) as conn:
         after = one(conn, "index_stats")
         result.autovacuums = maintenance(conn) - vacuums
@@ -387,23 +384,16 @@ def worker_params() -> dict[str, Any]:
 
     registry = load_app("bench.noop_app")
     types = registry.names()
-    policies = {name: registry.get(name) for name in types}
-    return {
-        "types": types,
-        "retries": [p.max_retries for p in policies.values() if p],
-        "timeouts": [p.timeout for p in policies.values() if p],
-        "timeout_errors": [p.timeout_error for p in policies.values() if p],
-        "limit": policy.free_slots(DEFAULTS.concurrency, 0),
-        "owner": heartbeat.Identity.new().id,
-        # a claim from the head of the runnable index (a worker's first, or its scan every poll)
-        "after_priority": None,
-        "after_run_at": None,
-        "after_id": None,
-        "floor": None,  # no floor: every partition (the partitioned layout's scans from the head)
-        "addressable": True,  # a worker that listens: its claim marks it idle or not
-        "room": DEFAULTS.concurrency,  # its threads without a run: all of them, at its first claim
-        "ahead_from": 1,  # the first run it claims ahead is its first (migration 0019)
-    }
+    policies = [p for p in (registry.get(name) for name in types) if p]
+    return harness.claim_params(
+        types,
+        [p.max_retries for p in policies],
+        [p.timeout for p in policies],
+        [p.timeout_error for p in policies],
+        policy.free_slots(DEFAULTS.concurrency, 0),
+        heartbeat.Identity.new().id,
+        room=DEFAULTS.concurrency,  # its threads without a run: all of them, at its first claim
+    )
 
 
 def placeholders(query: str) -> list[str]:
@@ -597,7 +587,7 @@ def claim_plan_phase(server: str, sizes: list[int], share: float, runs: int, kee
 
 
 def plan_table(plans: list[ClaimPlan]) -> None:
-    base.table(
+    harness.table(
         [
             "runnable (+ parked/delayed)",
             "statistics",
@@ -683,25 +673,11 @@ def backlog_run(
     prepare(dsn)
     with connect(dsn) as conn:
         before = one(conn, "index_stats")
-    pool = Pool(dsn, workers, label, workdir, extra)
-    start = time.monotonic()
-    try:
-        for _ in range(workers):
-            pool.procs.start(pool.cmd)
+    with Pool(dsn, workers, label, workdir, extra) as pool:
+        start = time.monotonic()
+        pool.procs.start(pool.cmd, workers)
         log(f"{label}: {workers} workers on {runnable:,} runnable + {parked:,} parked")
-        poll = Poll(dsn)
-        try:
-            while poll.count("completed") < measured:
-                pool.check()
-                if time.monotonic() - start > timeout:
-                    raise BenchError(f"{label}: not {measured} completed after {timeout:.0f} s")
-                time.sleep(POLL)
-            result.seconds = time.monotonic() - start
-        finally:
-            poll.close()
-        codes = pool.stop()
-    finally:
-        pool.kill()
+        result.seconds, codes, poll = pool.drain("completed", lambda done: done >= measured, timeout, start)
     with connect(dsn) as conn:
         after = one(conn, "index_stats")
         check = one(conn, "first_completions", count=measured)
@@ -778,7 +754,7 @@ class Cron(threading.Thread):
 
     def __init__(self, dsn: str, age: str, every: float) -> None:
         super().__init__(daemon=True)
-        self.cmd = [*base.wfctl_command(), "prune", "--older-than", age, "--json", "--dsn", dsn]
+        self.cmd = [*wfctl_command(), "prune", "--older-than", age, "--json", "--dsn", dsn]
         self.every = every
         self.done = threading.Event()
         self.runs: list[dict[str, Any]] = []  # started (offset s), seconds, workflows, steps, exit
@@ -800,9 +776,7 @@ class Cron(threading.Thread):
 
     def prune(self, entry: dict[str, Any]) -> None:
         t0 = time.monotonic()
-        done = subprocess.run(
-            self.cmd, cwd=base.REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL
-        )
+        done = subprocess.run(self.cmd, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         entry["seconds"] = time.monotonic() - t0
         entry["exit"] = done.returncode
         try:
@@ -958,7 +932,7 @@ def soak_report(s: Soak, args: argparse.Namespace) -> list[str]:
             )
         )
         rows.append(row)
-    base.table(header, rows)
+    harness.table(header, rows)
     print(f"## per {unit}: dead tuples, autovacuum and autoanalyze runs (cumulative), HOT updates")
     print()
     header = ["#"]
@@ -975,11 +949,11 @@ def soak_report(s: Soak, args: argparse.Namespace) -> list[str]:
         row.append(num(100 * w["hot_updates"] / w["updates"], 1) if w["updates"] else "n/a")
         row += [num(m.index_scans), num(m.index_entries / m.index_scans, 1) if m.index_scans else "n/a"]
         rows.append(row)
-    base.table(header, rows)
+    harness.table(header, rows)
     print("## indexes (MB), start -> end")
     print()
     start = {(r["table"], r["index"]): r for r in s.indexes_start}
-    base.table(
+    harness.table(
         ["table", "index", "start", "end", "scans"],
         [
             [
@@ -1012,36 +986,22 @@ def soak_report(s: Soak, args: argparse.Namespace) -> list[str]:
             "level off: <= +10 %)"
         )
     print(f"submitted {s.submitted:,}; prune ticks skipped (previous run still going): {s.skipped_prunes}")
-    print(f"verification: {'OK' if not s.problems else 'FAILED'}")
-    for p in s.problems:
-        print(f"  {p}")
+    harness.verdict("verification", s.problems)
     return s.problems
 
 
 # -- the commands ----------------------------------------------------------------------------------
 
 
-def rotated(items: Sequence[str], by: int) -> list[str]:
-    shift = by % len(items)
-    return [*items[shift:], *items[:shift]]
-
-
-def header(args: argparse.Namespace, info: base.Server, what: str) -> None:
+def header(args: argparse.Namespace, info: harness.Server, what: str) -> None:
     print(f"\nwfctl scale benchmark: {what}, {os.cpu_count()} CPUs")
-    print(
-        f"server: PostgreSQL {info.version}, {info.description}, fsync={info.fsync}, "
-        f"synchronous_commit={info.synchronous_commit}"
-    )
-    start, end = args.loads
-    print(
-        "load average (1, 5, 15 min): "
-        f"{' '.join(f'{v:.2f}' for v in start)} at the start, {' '.join(f'{v:.2f}' for v in end)} at the end"
-    )
+    print(harness.server_line(info))
+    print(harness.loads_line(args.loads))
     print()
 
 
 def cmd_claim_plan(
-    args: argparse.Namespace, server: str, info: base.Server
+    args: argparse.Namespace, server: str, info: harness.Server
 ) -> tuple[list[str], dict[str, Any]]:
     plans = claim_plan_phase(server, args.size_list, args.parked_share, args.runs, args.keep)
     args.loads = (args.loads[0], os.getloadavg())
@@ -1053,7 +1013,9 @@ def cmd_claim_plan(
     return [], {"plans": [dataclasses.asdict(p) for p in plans]}
 
 
-def cmd_history(args: argparse.Namespace, server: str, info: base.Server) -> tuple[list[str], dict[str, Any]]:
+def cmd_history(
+    args: argparse.Namespace, server: str, info: harness.Server
+) -> tuple[list[str], dict[str, Any]]:
     problems: list[str] = []
     done: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
@@ -1067,7 +1029,7 @@ def cmd_history(args: argparse.Namespace, server: str, info: base.Server) -> tup
             made = one(conn, "history", n=args.history, days=30)
         log(f"history: {made} in {time.monotonic() - t0:.0f} s")
         for number in range(1, args.rounds + 1):
-            order = rotated(list(dsns), number - 1)
+            order = harness.rotated(list(dsns), number - 1)
             current: dict[str, Any] = {"round": number, "order": order, "load": os.getloadavg()[0]}
             for label in order:
                 r = idle_run(dsns[label], label, args.n, args.workers, args.timeout, args.workdir, args.extra)
@@ -1133,7 +1095,7 @@ def cmd_history(args: argparse.Namespace, server: str, info: base.Server) -> tup
     )
     print("## workflows/s: submit's return -> none unfinished (polled every 0.2 s)")
     print()
-    base.table(
+    harness.table(
         [
             "round",
             "load",
@@ -1155,13 +1117,13 @@ def cmd_history(args: argparse.Namespace, server: str, info: base.Server) -> tup
     )
     text, _ = goal_line("history/empty workflows/s", ratios)
     print(text)
-    print(f"verification: {'OK' if not problems else 'FAILED'}")
-    for p in problems:
-        print(f"  {p}")
+    harness.verdict("verification", problems)
     return problems, {"history": made, "rounds": [_plain(r) for r in done]}
 
 
-def cmd_backlog(args: argparse.Namespace, server: str, info: base.Server) -> tuple[list[str], dict[str, Any]]:
+def cmd_backlog(
+    args: argparse.Namespace, server: str, info: harness.Server
+) -> tuple[list[str], dict[str, Any]]:
     problems: list[str] = []
     plans = claim_plan_phase(
         server, sorted({args.small, *args.size_list}), args.parked_share, args.runs, args.keep
@@ -1172,7 +1134,7 @@ def cmd_backlog(args: argparse.Namespace, server: str, info: base.Server) -> tup
         dsns = {k: stack.enter_context(database(server, "scale_backlog", args.keep)) for k in variants}
         observe = stack.enter_context(database(server, "scale_observe", args.keep))
         for number in range(1, args.rounds + 1):
-            order = rotated([*variants, "observation"], number - 1)
+            order = harness.rotated([*variants, "observation"], number - 1)
             current: dict[str, Any] = {"round": number, "order": order, "load": os.getloadavg()[0]}
             for label in order:
                 if label == "observation":
@@ -1229,7 +1191,7 @@ def cmd_backlog(args: argparse.Namespace, server: str, info: base.Server) -> tup
         + [f"**{x(median(ratio_of[k]))}**" for k in big]
         + [num(median([r[k].entries_per_scan for r in done]), 1) for k in variants]
     )
-    base.table(
+    harness.table(
         [
             "round",
             "load",
@@ -1249,7 +1211,7 @@ def cmd_backlog(args: argparse.Namespace, server: str, info: base.Server) -> tup
         "empty database"
     )
     print()
-    base.table(
+    harness.table(
         ["round", "workflows/s", f"{RUNNABLE_INDEX} scans", "entries read", "entries per scan"],
         [
             [
@@ -1265,13 +1227,11 @@ def cmd_backlog(args: argparse.Namespace, server: str, info: base.Server) -> tup
     for k in big:
         text, _ = goal_line(f"{k} runnable / small ({args.small:,}) workflows/s", ratio_of[k])
         print(text)
-    print(f"verification: {'OK' if not problems else 'FAILED'}")
-    for p in problems:
-        print(f"  {p}")
+    harness.verdict("verification", problems)
     return problems, {"plans": [dataclasses.asdict(p) for p in plans], "rounds": [_plain(r) for r in done]}
 
 
-def cmd_soak(args: argparse.Namespace, server: str, info: base.Server) -> tuple[list[str], dict[str, Any]]:
+def cmd_soak(args: argparse.Namespace, server: str, info: harness.Server) -> tuple[list[str], dict[str, Any]]:
     with database(server, "scale_soak", args.keep) as dsn:
         result = soak(dsn, args, args.workdir, args.extra)
     args.loads = (args.loads[0], os.getloadavg())
@@ -1293,7 +1253,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace, str, base.Server], tuple[list[str], dict[str, Any]]]] = {
+COMMANDS: dict[str, Callable[[argparse.Namespace, str, harness.Server], tuple[list[str], dict[str, Any]]]] = {
     "history": cmd_history,
     "backlog": cmd_backlog,
     "soak": cmd_soak,
@@ -1307,7 +1267,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="History, backlog and soak: cost that does not grow with the work (see bench/README.md).",
     )
     parser.add_argument("command", choices=list(COMMANDS))
-    common.add_server_dsn(parser)
+    harness.add_server_dsn(parser)
     parser.add_argument("--quick", action="store_true", help="small sizes, for the test")
     parser.add_argument("-n", type=int, help="workflows per timed run (default 20000)")
     parser.add_argument("--history", type=int, help="history: finished workflows (default 1000000)")
@@ -1364,37 +1324,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common.stop)
-    args.workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-scale-"))
+    return harness.frame("wfctl-bench-scale-", args.keep, lambda workdir: run_command(args, workdir))
+
+
+def run_command(args: argparse.Namespace, workdir: Path) -> int:
+    args.workdir = workdir
     args.loads = (os.getloadavg(), os.getloadavg())
-    failed = True
-    try:
-        with contextlib.ExitStack() as stack:
-            server, description = stack.enter_context(common.server_dsn(args.server_dsn, args.workdir))
-            info = base.describe_server(server, description)
-            common.warn_if_not_durable(info)
-            problems, data = COMMANDS[args.command](args, server, info)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "command": args.command,
-                        "server": dataclasses.asdict(info),
-                        "databases": CREATED,
-                        **data,
-                        "problems": problems,
-                    },
-                    indent=2,
-                    default=str,
-                )
+    with harness.server_dsn(args.server_dsn, workdir) as (server, description):
+        info = harness.describe_server(server, description)
+        harness.warn_if_not_durable(info)
+        problems, data = COMMANDS[args.command](args, server, info)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "command": args.command,
+                    "server": dataclasses.asdict(info),
+                    "databases": CREATED,
+                    **data,
+                    "problems": problems,
+                },
+                indent=2,
+                default=str,
             )
-        failed = bool(problems)
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
-    finally:
-        common.clean_up(args.workdir, failed, args.keep)
+        )
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

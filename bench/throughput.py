@@ -3,7 +3,7 @@
     python -m bench.throughput [-n 2000] [--rounds 3] [--server-dsn DSN] [--sides naive,wfctl,floor]
                                [--worker-args "..."] [--code REV|DIR] [--variant NAME=ARGS] [--quick]
 
-Run from the repository root (``-m``: it imports bench/run.py's helpers). Every side runs once
+Run from the repository root (``-m``: it imports bench/harness.py). Every side runs once
 per round, in an order rotated by one from round to round, each time in a fresh database of its
 own on the same server, with the protocol of the issue:
 
@@ -22,7 +22,7 @@ Over the timed window it measures the machine's CPU busy share (/proc/stat), the
 the server's processes (the postmaster's children working for this database: its sessions, and
 the background processes) and of the worker processes (/proc/PID/stat), and after it the
 transactions per workflow (pg_stat_database.xact_commit). Once per run, the pgbench commit
-ceiling (bench/run.py). ``--waits`` also samples pg_stat_activity of the side's database.
+ceiling (bench/harness.py pgbench). ``--waits`` also samples pg_stat_activity of the side's database.
 
 The sides: ``naive``, ``wfctl`` (this working tree) and ``floor`` (the same row writes with no
 engine: bench/floor.py); ``--code REV|DIR`` adds wfctl from another tree (a commit, archived,
@@ -46,11 +46,9 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,14 +57,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
-from bench import common, floor
-from bench import limits as trees
+from bench import floor, harness
 from bench import run as base
+from bench.harness import BENCH, CLOCK_TICKS, REPO, BenchError, log, process_ticks
 from wfctl.queries import parse_blocks
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-BenchError = base.BenchError
-log = base.log
 
 MONITOR = "wfctl-bench-monitor"  # application_name of the benchmark's own sessions
 NAIVE_APPLICATION = "wfctl-bench-naive"
@@ -78,7 +74,6 @@ STOP_GRACE = 60.0  # seconds for the workers to exit after SIGTERM
 WAIT_SAMPLE = 0.01  # --waits: seconds between samples of pg_stat_activity
 PY_SPY_RATE = 250  # --py-spy: samples per second
 CPU_SAMPLE = 0.25  # seconds between scans of the server's processes (sessions come and go)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # Goals for the `wfctl` side, with default options.
 GOAL_RATIO = {2000: 5.0, 20000: 6.0}  # wfctl/naive workflows/s at these N
@@ -98,7 +93,7 @@ class Side:
 
     name: str
     kind: str  # naive | floor | wfctl
-    code: trees.Code | None = None  # wfctl: the source tree (None: this one)
+    code: harness.Code | None = None  # wfctl: the source tree (None: this one)
     worker_args: list[str] = field(default_factory=list)  # wfctl: `wfctl worker` options
     floor_batch: int = 32
     floor_default_plans: bool = False
@@ -109,7 +104,7 @@ class Side:
 
     @property
     def cwd(self) -> Path:
-        return self.code.root if self.code else base.REPO
+        return self.code.root if self.code else REPO
 
     @property
     def env(self) -> dict[str, str] | None:
@@ -130,7 +125,7 @@ class Side:
             named = make_conninfo(dsn, application_name=NAIVE_APPLICATION)
             return [
                 sys.executable,
-                str(base.BENCH / "naive.py"),
+                str(BENCH / "naive.py"),
                 "--dsn",
                 named,
                 "--type",
@@ -139,7 +134,7 @@ class Side:
         if self.kind == "floor":
             return [
                 sys.executable,
-                str(base.BENCH / "floor.py"),
+                str(BENCH / "floor.py"),
                 "--dsn",
                 dsn,
                 "--type",
@@ -150,7 +145,15 @@ class Side:
                 str(self.floor_batch),
                 *(["--default-plans"] if self.floor_default_plans else []),
             ]
-        return [*base.wfctl_command(), "worker", "--app", "bench.noop_app", "--dsn", dsn, *self.worker_args]
+        return [
+            *harness.wfctl_command(),
+            "worker",
+            "--app",
+            "bench.noop_app",
+            "--dsn",
+            dsn,
+            *self.worker_args,
+        ]
 
     def submit(self, dsn: str, n: int, steps: int, workdir: Path) -> float:
         """N workflows in one transaction; returns once that is committed (and, for wfctl, the
@@ -204,14 +207,6 @@ sys.exit(code)
 RETURNED = "wfctl-bench-submit-returned"
 
 
-def reference(side: Side) -> base.Side:
-    """bench/run.py's view of a side, for its verify()."""
-    ref = base.Side()
-    ref.name = side.name
-    ref.workflow_type = side.workflow_type
-    return ref
-
-
 # -- CPU accounting (/proc) ------------------------------------------------------------------------
 
 # Background processes of the server (their titles), counted with every side's database: the
@@ -229,33 +224,12 @@ BACKGROUND = (
 )
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def process_ticks(pid: int) -> int | None:
-    """utime + stime of a process (all its threads), in clock ticks."""
-    fields = _stat_fields(pid)
-    return int(fields[11]) + int(fields[12]) if fields else None
-
-
 def machine_ticks() -> tuple[int, int]:
     """(busy, total) clock ticks of all CPUs so far: busy is everything but idle and iowait."""
     with open("/proc/stat", encoding="ascii") as f:
         values = [int(v) for v in f.readline().split()[1:]]
     total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
     return total - values[3] - values[4], total
-
-
-def postmaster_of(admin: psycopg.Connection[Any]) -> int | None:
-    """The postmaster's pid when the server runs on this machine (the parent of our session)."""
-    row = admin.execute("SELECT pg_backend_pid()").fetchone()
-    fields = _stat_fields(int(row[0])) if row else None
-    return int(fields[1]) if fields else None
 
 
 class ServerProcesses:
@@ -490,7 +464,7 @@ class Run:
     poll: float | None  # the completion poll (None: by N)
 
 
-def _ready(side: Side, procs: base.Workers, admin: psycopg.Connection[Any], dsn: str, run: Run) -> None:
+def _ready(side: Side, procs: harness.Workers, admin: psycopg.Connection[Any], dsn: str, run: Run) -> None:
     """Wait until every worker process is connected and idle (and, for wfctl, registered)."""
     dbname = conninfo_to_dict(dsn)["dbname"]
     deadline = time.monotonic() + READY_TIMEOUT
@@ -500,7 +474,7 @@ def _ready(side: Side, procs: base.Workers, admin: psycopg.Connection[Any], dsn:
             connected, idle = row if row else (0, 0)
             ready = connected == idle == run.workers
             if ready and side.kind == "wfctl":
-                registered = conn.execute(SQL["registered"]).fetchone()
+                registered = conn.execute(harness.SQL["registered"]).fetchone()
                 ready = bool(registered) and registered[0] == run.workers
             if ready and side.kind == "floor":
                 ready = (
@@ -537,9 +511,8 @@ def _gone(admin: psycopg.Connection[Any], dbname: str) -> None:
 def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[Any], run: Run) -> Phase:
     dbname = conninfo_to_dict(dsn)["dbname"]
     result = Phase(side.name, number, n, run.steps, dbname, load1=os.getloadavg()[0])
-    opts = base.Options(n, run.steps, run.workers, 8, 0, run.timeout, run.workdir, 1)
-    procs = base.Workers(
-        opts, base.RssSampler(), f"{side.name.replace('@', '-')}-r{number}-n{n}", side.cwd, side.env
+    procs = harness.Workers(
+        run.workdir, f"{side.name.replace('@', '-')}-r{number}-n{n}", None, side.cwd, side.env
     )
     every = run.poll or (FAST_POLL if n <= FAST_POLL_UP_TO else SLOW_POLL)
     sampler: WaitSampler | None = None
@@ -547,20 +520,18 @@ def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[A
     try:
         cmd = side.worker_command(dsn, run.steps)
         log(f"round {number}, N={n}, {side.name}: starting {run.workers} workers")
-        for _ in range(run.workers):
-            procs.start(cmd)
+        procs.start(cmd, run.workers)
         _ready(side, procs, admin, dsn, run)
         monitor = psycopg.connect(dsn, autocommit=True, application_name=MONITOR)
         try:
             with contextlib.suppress(psycopg.Error):
-                monitor.execute(SQL["checkpoint"])  # nobody inherits the last phase's dirty buffers
-            before = base.xact_commits(monitor)
+                monitor.execute(harness.SQL["checkpoint"])  # nobody inherits the last phase's dirty buffers
+            before = harness.xact_commits(monitor)
             monitor_xacts = 1
-            meter = CpuMeter(ServerProcesses(run.postmaster, dbname), [p.pid for p in procs.procs])
+            meter = CpuMeter(ServerProcesses(run.postmaster, dbname), procs.pids())
             sampler = WaitSampler(run.server_dsn, dbname) if run.waits else None
             if run.profiles is not None and side.kind == "wfctl":
-                label = f"{side.name.replace('@', '-')}-r{number}-n{n}"
-                profiles = Profiles(run.profiles, label, [p.pid for p in procs.procs])
+                profiles = Profiles(run.profiles, procs.label, procs.pids())
             submitted = time.monotonic()
             start = side.submit(dsn, n, run.steps, run.workdir)  # the clock runs from its return
             exited = time.monotonic()
@@ -569,27 +540,16 @@ def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[A
             meter.begin()
             if sampler is not None:
                 sampler.start()
-            deadline = start + run.timeout
-            first = True
-            while True:
+            counts: list[int] = []
+
+            def completed() -> tuple[bool, str]:
                 row = monitor.execute(SQL["completed"]).fetchone()
-                monitor_xacts += 1
-                done = row[0] if row else 0
-                if first:
-                    result.done_at_start = done
-                    first = False
-                if done >= n:
-                    result.wall_s = time.monotonic() - start
-                    break
-                if procs.alive() < run.workers:
-                    raise BenchError(
-                        f"{side.name}: a worker exited with {done}/{n} completed\n{procs.tails()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise BenchError(
-                        f"{side.name}: {done}/{n} completed after {run.timeout:.0f} s\n{procs.tails()}"
-                    )
-                time.sleep(every)
+                counts.append(row[0] if row else 0)
+                return counts[-1] >= n, f"{counts[-1]}/{n} completed"
+
+            monitor_xacts += harness.wait_for(completed, side.name, run.timeout, procs, every)
+            result.wall_s = time.monotonic() - start
+            result.done_at_start = counts[0]
             cpu = meter.end()
             if profiles is not None:
                 profiles.stop()
@@ -607,8 +567,8 @@ def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[A
             profiles.stop()
     _gone(admin, dbname)
     with psycopg.connect(dsn, autocommit=True, application_name=MONITOR) as conn:
-        after = base.xact_commits(conn)
-        check = base.verify(conn, reference(side), opts, codes)
+        after = harness.xact_commits(conn)
+        check = base.verify(conn, side.workflow_type, n, run.steps, codes)
     result.workflows_per_s = n / result.wall_s
     result.steps_per_s = n * run.steps / result.wall_s
     result.busy_pct = cpu.busy_pct
@@ -639,8 +599,7 @@ def phase(side: Side, dsn: str, n: int, number: int, admin: psycopg.Connection[A
 # -- the report ------------------------------------------------------------------------------------
 
 
-def _num(value: float | None, digits: int = 0) -> str:
-    return base._num(value, digits)
+_num = harness.num
 
 
 def ratios(phases: list[Phase], a: str, b: str) -> list[float]:
@@ -690,13 +649,13 @@ def summary(phases: list[Phase], sides: list[Side], ceiling: float | None) -> di
             "other_cpu_s",
             "xacts_per_workflow",
         ):
-            row[f"median_{key}"] = common.median([getattr(p, key) for p in mine])
+            row[f"median_{key}"] = harness.median([getattr(p, key) for p in mine])
         xacts = row["median_xacts_per_workflow"]
         row["ceiling_over_xacts"] = ceiling / xacts if ceiling and xacts else None
         # CPU per workflow processed in the CPU window (which starts when the submit's process
         # has exited: the runs completed by then are not in it)
         for key in ("server_cpu_s", "workers_cpu_s"):
-            row[f"median_{key[:-2]}_ms_per_workflow"] = common.median(
+            row[f"median_{key[:-2]}_ms_per_workflow"] = harness.median(
                 [
                     1000 * getattr(p, key) / max(1, p.n - p.done_at_start)
                     if getattr(p, key) is not None
@@ -755,7 +714,7 @@ def report_n(
         line += [spread(row.get("over_wfctl", []))] if has["over_wfctl"] else []
         line += [spread(row.get("share_of_floor", []), percent=True)] if has["share_of_floor"] else []
         table.append(line)
-    base.table(header, table)
+    harness.table(header, table)
     header = [
         "side (medians)",
         "wall s",
@@ -785,7 +744,7 @@ def report_n(
         ]
         line += [_num(row["ceiling_over_xacts"])] if ceiling else []
         table.append(line)
-    base.table(header, table)
+    harness.table(header, table)
     waited = [p for p in phases if p.waits is not None]
     if waited:
         report_waits(waited, [s.name for s in sides])
@@ -803,7 +762,7 @@ def report_waits(phases: list[Phase], names: list[str]) -> None:
     labels = sorted(shares, key=lambda k: -max(sum(v) / counts[s] for s, v in shares[k].items()))
     print("what the side's sessions were doing (pg_stat_activity sampled every 10 ms, % of session samples)")
     print()
-    base.table(
+    harness.table(
         ["state", *columns],
         [
             [label, *[f"{100 * sum(shares[label].get(c, [])) / counts[c]:.1f}" for c in columns]]
@@ -859,7 +818,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Throughput to the CPU limit: wfctl, the naive baseline and the floor, "
         "interleaved (see bench/README.md).",
     )
-    common.add_server_dsn(parser)
+    harness.add_server_dsn(parser)
     parser.add_argument("-n", help="workflows per phase, comma-separated for several (default 2000)")
     parser.add_argument("--rounds", type=int, help="rounds of every side (default 3)")
     parser.add_argument("-s", "--steps", type=int, default=3, help="no-op steps per workflow (default 3)")
@@ -965,86 +924,64 @@ def build_sides(args: argparse.Namespace, workdir: Path) -> list[Side]:
             )
         )
     for spec in args.code:
-        code = trees.resolve_code(spec, workdir)
-        sides.append(Side(f"wfctl@{Path(spec).name or spec}", "wfctl", code=code, worker_args=common))
+        code = harness.resolve_code(spec, workdir)
+        sides.append(Side(harness.code_side_name(spec), "wfctl", code=code, worker_args=common))
     for name, extra in args.variants:
         sides.append(Side(name, "wfctl", worker_args=[*common, *extra]))
-    if len({s.name for s in sides}) != len(sides):
-        raise BenchError("two sides have the same name: give the --code trees different names")
+    harness.check_unique([s.name for s in sides])
     return sides
-
-
-@contextlib.contextmanager
-def side_database(side: Side, server: str, keep: bool, chores: dict[Path, trees.Chores]) -> Iterator[str]:
-    """A fresh database with the side's schema: this tree's, or its --code tree's."""
-    own = side.code is None
-    with base.fresh_database(server, f"tp_{side.kind}", keep, install=own) as dsn:
-        if not own:
-            assert side.code is not None
-            chores[side.code.root]("migrate", dsn=dsn)
-        yield dsn
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, common.stop)
-    workdir = Path(tempfile.mkdtemp(prefix="wfctl-bench-throughput-"))
-    failed = True
-    try:
-        sides = build_sides(args, workdir)
-        loads_start = os.getloadavg()
-        with contextlib.ExitStack() as stack:
-            server, description = stack.enter_context(common.server_dsn(args.server_dsn, workdir))
-            info = base.describe_server(server, description)
-            common.warn_if_not_durable(info)
-            chores: dict[Path, trees.Chores] = {}
-            for side in sides:
-                if side.code is not None and side.code.root not in chores:
-                    chores[side.code.root] = trees.Chores(side.code, workdir)
-                    stack.callback(chores[side.code.root].close)
-            admin = stack.enter_context(psycopg.connect(server, autocommit=True, application_name=MONITOR))
-            postmaster = postmaster_of(admin)
-            if postmaster is None:
-                log("the server does not run on this machine: no server CPU figures")
-            ceiling = None
-            if args.pgbench_seconds > 0:
-                with base.fresh_database(server, "tp_pgbench", keep=False, install=False) as dsn:
-                    ceiling = base.pgbench(dsn, args.pgbench_seconds, args.pgbench_clients)
-                log(f"pgbench: {ceiling:,.0f} tps")
-            run = Run(
-                server,
-                postmaster,
-                args.workers,
-                args.steps,
-                args.timeout,
-                workdir,
-                args.waits,
-                args.py_spy,
-                args.keep,
-                args.poll,
-            )
-            phases: list[Phase] = []
-            for n in args.sizes:
-                for number in range(1, args.rounds + 1):
-                    shift = (number - 1) % len(sides)
-                    for side in sides[shift:] + sides[:shift]:
-                        with side_database(side, server, args.keep, chores) as dsn:
-                            phases.append(phase(side, dsn, n, number, admin, run))
-        loads_end = os.getloadavg()
-        problems = report(args, sides, info, ceiling, phases, (loads_start, loads_end))
-        failed = bool(problems)
-        return 1 if failed else 0
-    except BenchError as exc:
-        log(f"error: {exc}")
-        return 1
-    finally:
-        common.clean_up(workdir, failed, args.keep)
+    return harness.frame("wfctl-bench-throughput-", args.keep, lambda workdir: run_all(args, workdir))
+
+
+def run_all(args: argparse.Namespace, workdir: Path) -> int:
+    sides = build_sides(args, workdir)
+    loads_start = os.getloadavg()
+    with contextlib.ExitStack() as stack:
+        server, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
+        info = harness.describe_server(server, description)
+        harness.warn_if_not_durable(info)
+        trees = harness.Trees(workdir, stack)
+        admin = stack.enter_context(psycopg.connect(server, autocommit=True, application_name=MONITOR))
+        postmaster = harness.postmaster_of(admin)
+        if postmaster is None:
+            log("the server does not run on this machine: no server CPU figures")
+        ceiling = None
+        if args.pgbench_seconds > 0:
+            with harness.fresh_database(server, "tp_pgbench", keep=False, install=False) as dsn:
+                ceiling = harness.pgbench(dsn, args.pgbench_seconds, args.pgbench_clients)
+            log(f"pgbench: {ceiling:,.0f} tps")
+        run = Run(
+            server,
+            postmaster,
+            args.workers,
+            args.steps,
+            args.timeout,
+            workdir,
+            args.waits,
+            args.py_spy,
+            args.keep,
+            args.poll,
+        )
+        phases: list[Phase] = []
+        for n in args.sizes:
+            for number in range(1, args.rounds + 1):
+                for side in harness.rotated(sides, number - 1):
+                    label = f"tp_{side.kind}"
+                    with harness.tree_database(server, label, args.keep, side.code, trees) as dsn:
+                        phases.append(phase(side, dsn, n, number, admin, run))
+    loads_end = os.getloadavg()
+    problems = report(args, sides, info, ceiling, phases, (loads_start, loads_end))
+    return 1 if problems else 0
 
 
 def report(
     args: argparse.Namespace,
     sides: list[Side],
-    info: base.Server,
+    info: harness.Server,
     ceiling: float | None,
     phases: list[Phase],
     loads: tuple[tuple[float, ...], tuple[float, ...]],
@@ -1053,10 +990,7 @@ def report(
         f"\nwfctl throughput benchmark: {args.workers} worker processes per side, "
         f"S={args.steps} no-op steps, {os.cpu_count()} CPUs"
     )
-    print(
-        f"server: PostgreSQL {info.version}, {info.description}, fsync={info.fsync}, "
-        f"synchronous_commit={info.synchronous_commit}"
-    )
+    print(harness.server_line(info))
     if ceiling is not None:
         print(
             f"commit ceiling: pgbench -c {args.pgbench_clients} -j {min(2, args.pgbench_clients)} "
@@ -1064,11 +998,7 @@ def report(
         )
     for side in sides:
         print(f"side {side.name}: {side.label()}")
-    start, end = loads
-    print(
-        "load average (1, 5, 15 min): "
-        f"{' '.join(f'{v:.2f}' for v in start)} at the start, {' '.join(f'{v:.2f}' for v in end)} at the end"
-    )
+    print(harness.loads_line(loads))
     print()
     all_rows: dict[int, dict[str, Any]] = {}
     for n in args.sizes:
@@ -1089,9 +1019,7 @@ def report(
         for p in phases
         if not p.ok
     ]
-    print(f"verification: {'OK' if not problems else 'FAILED'}")
-    for problem in problems:
-        print(f"  {problem}")
+    harness.verdict("verification", problems)
     if args.json:
         print(
             json.dumps(

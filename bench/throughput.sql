@@ -18,10 +18,6 @@ SELECT count(*) AS connected, count(*) FILTER (WHERE state = 'idle') AS idle
 FROM pg_stat_activity
 WHERE datname = %(db)s AND application_name = %(app)s;
 
--- name: registered
--- wfctl's workers: the rows of the running ones (written by their first heartbeat).
-SELECT count(*) FROM workers WHERE stopped_at IS NULL;
-
 -- name: gone
 -- On the server's own database: sessions left in the side's database besides the benchmark's.
 SELECT count(*) FROM pg_stat_activity WHERE datname = %(db)s AND application_name <> %(me)s;
@@ -31,6 +27,3 @@ SELECT count(*) FROM pg_stat_activity WHERE datname = %(db)s AND application_nam
 SELECT application_name, state, wait_event_type, wait_event
 FROM pg_stat_activity
 WHERE datname = %(db)s AND application_name <> %(me)s AND backend_type = 'client backend';
-
--- name: checkpoint
-CHECKPOINT;

@@ -13,6 +13,14 @@ import psycopg
 from helpers import HERE
 
 ROOT = HERE.parent
+# bench/ is not part of the installed package: it is imported from the source tree (as
+# `python -m bench.coordination` run from there does)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import coordination  # noqa: E402
+from bench.coord_app import TYPES  # noqa: E402
+
 FIGURES = (
     "## 1. Wake-up latency",
     "baseline: submit -> first step runs",
@@ -80,6 +88,9 @@ def test_a_scaled_down_quick_run_prints_every_figure(dsn):
     waiting = results["waiting"]
     assert (waiting["idle"]["parked"], waiting["parked"]["parked"]) == (0, 40)
     assert waiting["woken"]["n"] == waiting["plain"]["n"] == 40
+    # the claim under EXPLAIN ran, with nothing parked and with 40
+    for quiet in (waiting["idle"], waiting["parked"]):
+        assert quiet["claim_blocks"] > 0 and quiet["claim_ms"] >= 0, quiet
     groups = results["fanout"]
     assert [g["child_ms"] for g in groups] == [0, 50]
     for group in groups:
@@ -93,6 +104,12 @@ def test_a_scaled_down_quick_run_prints_every_figure(dsn):
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT count(*) FROM workflows WHERE workflow_type LIKE 'coord\\_%'").fetchone()
     assert row == (0,)
+
+
+def test_the_claim_is_explained_with_the_parameters_a_worker_passes(dsn):
+    blocks, ms = coordination.explain_claim(dsn, list(TYPES))
+    assert blocks is not None and blocks >= 0
+    assert ms is not None and ms >= 0
 
 
 def test_an_unknown_phase_is_refused():

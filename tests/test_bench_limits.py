@@ -8,19 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
-import pytest
 from helpers import HERE
 
 ROOT = HERE.parent
-# bench/ is not part of the installed package: it is imported from the source tree (as
-# `python -m bench.limits` run from there does)
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import limits  # noqa: E402
 
 TITLES = (
     "before",
@@ -94,22 +86,6 @@ def test_a_quick_run_prints_every_figure(pg_server):
     with psycopg.connect(pg_server.admin_dsn) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)).fetchall()
     assert left == []
-
-
-def test_a_commit_is_archived_into_a_tree_of_its_own(tmp_path: Path):
-    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
-        pytest.skip("not a git checkout")
-    code = limits.resolve_code("HEAD", tmp_path)
-    assert code.label.startswith("commit ")
-    assert code.root.parent == tmp_path and (code.root / "wfctl" / "__init__.py").is_file()
-    assert code.env()["PYTHONPATH"] == str(code.root)
-
-
-def test_what_is_not_code_is_refused(tmp_path: Path):
-    with pytest.raises(limits.BenchError, match="neither a directory nor a commit"):
-        limits.resolve_code("no-such-commit-or-directory", tmp_path)
-    with pytest.raises(limits.BenchError, match="is not a wfctl source tree"):
-        limits.resolve_code(str(tmp_path), tmp_path)
 
 
 def test_bad_sizes_are_refused():

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from wfctl import embedded, schema
+from wfctl import embedded_fs, embedded_proc, schema
 from wfctl.embedded import SERVER_USER, EmbeddedServer
 
 
@@ -125,7 +125,7 @@ def test_traversal_bits_are_said_once_per_directory(tmp_path):
     private.chmod(0o700)
     (private / "a").chmod(0o750)
     said: list[str] = []
-    embedded._allow_traversal(target, "someone", said.append)
+    embedded_fs.allow_traversal(target, "someone", said.append)
     assert [line for line in said if str(private) in line.split(" (mode")[0]] == [
         f"added the 'others may traverse' bit to {private} (mode 0700 -> 0701)"
         f" so that the user 'someone' can reach {target}",
@@ -133,7 +133,7 @@ def test_traversal_bits_are_said_once_per_directory(tmp_path):
         f" so that the user 'someone' can reach {target}",
     ]
     again: list[str] = []
-    embedded._allow_traversal(target, "someone", again.append)
+    embedded_fs.allow_traversal(target, "someone", again.append)
     assert again == []
 
 
@@ -146,7 +146,7 @@ def test_making_the_install_readable_is_said_once(tmp_path):
     (root / "share.txt").chmod(0o600)
     (root / "bin").chmod(0o700)
     said: list[str] = []
-    embedded._make_readable(root, "someone", said.append)
+    embedded_fs.make_readable(root, "someone", said.append)
     assert said == [
         f"made the files under {root} readable by all users (3 changed)"
         " so that the user 'someone' can run PostgreSQL"
@@ -154,7 +154,7 @@ def test_making_the_install_readable_is_said_once(tmp_path):
     assert stat.S_IMODE((root / "bin" / "postgres").stat().st_mode) == 0o705
     assert stat.S_IMODE((root / "share.txt").stat().st_mode) == 0o604
     again: list[str] = []
-    embedded._make_readable(root, "someone", again.append)
+    embedded_fs.make_readable(root, "someone", again.append)
     assert again == []
 
 
@@ -164,12 +164,12 @@ def test_creating_the_server_user_is_said(tmp_path):
     name = f"wfctlt{uuid.uuid4().hex[:8]}"
     said: list[str] = []
     try:
-        entry = embedded._ensure_user(name, said.append)
+        entry = embedded_proc.ensure_user(name, said.append)
         assert said == [
             f"created the system user '{name}' (uid {entry.pw_uid}) for the embedded PostgreSQL"
             " to run as (PostgreSQL refuses to run as root)"
         ]
         again: list[str] = []
-        assert embedded._ensure_user(name, again.append).pw_uid == entry.pw_uid and again == []
+        assert embedded_proc.ensure_user(name, again.append).pw_uid == entry.pw_uid and again == []
     finally:
         subprocess.run(["userdel", name], capture_output=True, check=False)

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from helpers import Result, wait_for
 
-from wfctl import embedded
+from wfctl import embedded, embedded_fs, embedded_proc
 from wfctl.embedded import SERVER_USER, EmbeddedServer
 from wfctl.errors import ServerError, WfctlError
 
@@ -38,7 +38,7 @@ NOBODY = "nobody"
 def server_ids() -> tuple[int, int]:
     """The uid and gid the embedded server runs as on this machine."""
     if os.geteuid() == 0:
-        entry = embedded._ensure_user(SERVER_USER)
+        entry = embedded_proc.ensure_user(SERVER_USER)
         return entry.pw_uid, entry.pw_gid
     return os.geteuid(), os.getegid()
 
@@ -311,7 +311,7 @@ def test_stop_never_signals_a_process_named_by_a_stale_pid_file(run_wfctl, clean
         for path in (pgdata, pgdata / "PG_VERSION", pgdata / "postmaster.pid"):
             os.chown(path, uid, gid)
         if os.geteuid() == 0:  # as an earlier start would have: the server's user reaches pgdata
-            embedded._allow_traversal(pgdata, SERVER_USER)
+            embedded_fs.allow_traversal(pgdata, SERVER_USER)
         stop = run_wfctl("db", "stop")
         assert other.poll() is None, "db stop signalled a process that is not this data directory's server"
         assert stop.exit_code == 0, stop.output
@@ -334,7 +334,7 @@ def test_a_pid_file_naming_a_dead_process_is_not_running(cli, clean_env):
     (pgdata / "postmaster.pid").write_text(f"{proc.pid}\n")
     os.chown(pgdata, *server_ids())
     if os.geteuid() == 0:
-        embedded._allow_traversal(pgdata, SERVER_USER)
+        embedded_fs.allow_traversal(pgdata, SERVER_USER)
     stop = cli("db", "stop")
     assert stop.exit_code == 0 and "not running" in stop.stderr, stop.output
 

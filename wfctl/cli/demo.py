@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from wfctl import demo, reports, schema
-from wfctl.cli import render
+from wfctl.cli import render, render_reports
 from wfctl.cli.common import ConfigOpt, DsnOpt, Session
 from wfctl.errors import InvalidInput
 
@@ -41,7 +41,7 @@ def demo_command(
     with session.connect() as conn:
         report = reports.stats(conn, since=timedelta(hours=24), workflow_type=demo.TYPE)
     render.notice("this is what `wfctl stats --since 24h --type demo-order` shows now:")
-    render.stats_report(report, "24h", None)
+    render_reports.stats_report(report, "24h", None)
     render.notice(f"look closer: wfctl show {outcome.crashed}   (the order whose worker was killed)")
     render.notice(f"             wfctl show {outcome.flaky}   (the order that failed once and was retried)")
     render.notice(

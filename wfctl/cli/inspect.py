@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from wfctl import reports, validate, words
-from wfctl.cli import render, render_waits
+from wfctl.cli import render, render_reports, render_waits
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, ReplicaOpt, Session
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import InvalidInput
@@ -81,7 +81,7 @@ def stats(
             }
         )
     else:
-        render.stats_report(report, since, stale)
+        render_reports.stats_report(report, since, stale)
 
 
 def list_workflows(
@@ -129,7 +129,7 @@ def list_workflows(
     elif rows and waiting:
         render_waits.waiting_list(rows)
     elif rows:
-        render.workflow_list(rows)
+        render_reports.workflow_list(rows)
     else:
         render.notice("no workflows waiting" if waiting else "no workflows match")
 
@@ -167,7 +167,7 @@ def show(
             }
         )
     else:
-        render.workflow_detail(detail, traceback=traceback, extra=render_waits.summary(detail))
+        render_reports.workflow_detail(detail, traceback=traceback, extra=render_waits.summary(detail))
         render_waits.tables(detail)
 
 
@@ -187,7 +187,7 @@ def workers(
     if session.json:
         render.print_json(rows)
     elif rows:
-        render.workers_table(rows)
+        render_reports.workers_table(rows)
     else:
         render.notice("no worker has registered yet")
 

@@ -1,5 +1,6 @@
-"""Everything the CLI draws: messages on stderr, data on stdout, Rich tables for people and JSON
-for machines. The only module of the CLI that imports Rich."""
+"""What everything the CLI draws is made of: messages on stderr, data on stdout, Rich tables for
+people and JSON for machines, and the words and numbers of the reports. The only module of the
+CLI that draws with Rich; the reports built from these are wfctl/cli/render_reports.py."""
 
 from __future__ import annotations
 
@@ -19,9 +20,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 
 from wfctl.durations import format_duration
 from wfctl.printable import INVISIBLE, printable
-from wfctl.reports import StatsReport, WorkflowDetail
 from wfctl.storedjson import Unreadable
-from wfctl.waits import WAITING
 from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
@@ -192,7 +191,7 @@ def key_values(title: str | None, pairs: Sequence[tuple[str, Any]]) -> None:
     _out().print(grid)
 
 
-# Reports: stats, list, show, workers. They take the plain rows of wfctl.reports.
+# Words and numbers as the reports draw them.
 
 STATUS_STYLES = {
     PENDING: "yellow",
@@ -212,20 +211,6 @@ STATUS_STYLES = {
     "lost": "dim",
 }
 TIMELINE_WIDTH = 40
-SUCCESS_COLUMNS = (
-    "type",
-    "total",
-    "completed",
-    "failed",
-    "running",
-    "pending",
-    "waiting",
-    "cancelled",
-    "success",
-    "p50",
-    "p95",
-)
-_NUM = "right"
 
 
 def styled(word: Any) -> Text:
@@ -240,145 +225,6 @@ def ago(value: Any) -> str:
     return "-" if value is None else f"{seconds(value)} ago"
 
 
-def _count(value: Any, style: str) -> Text:
-    from rich.text import Text
-
-    number = int(value or 0)
-    return Text(str(number), style=style if number else "")
-
-
-def stats_report(report: StatsReport, since: str, stale: str | None) -> None:
-    """The three stats tables; a one-line notice (stderr) for each that has nothing to show, and
-    one for each type whose pending workflows no live worker runs. ``stale`` None: each worker
-    is judged by its own heartbeat."""
-    kind = f" of type {report.workflow_type!r}" if report.workflow_type else ""
-    if report.window_empty:
-        notice(f"no workflows{kind} were created in the last {since}")
-    else:
-        table(
-            f"Success rate by workflow type, created in the last {since}",
-            SUCCESS_COLUMNS,
-            [
-                (
-                    r["workflow_type"],
-                    r["total"],
-                    r["completed"],
-                    _count(r["failed"], "bold red"),
-                    r["running"],
-                    r["pending"],
-                    r["waiting"],
-                    r["cancelled"],
-                    f"{r['success_pct']}%",
-                    seconds(r["p50_seconds"]),
-                    seconds(r["p95_seconds"]),
-                )
-                for r in report.success_rate
-            ],
-            justify=["left", *[_NUM] * 10],
-        )
-    for r in report.unserved:
-        notice(
-            f"{r['pending']} pending workflow(s) of type {r['workflow_type']!r} wait for a worker: "
-            "no live worker runs this type"
-        )
-    if report.stuck:
-        silent = f"silent for more than {stale}" if stale else "missed its heartbeats"
-        stuck_table(report.stuck, f"Stuck runs: worker {silent}")
-    elif not report.window_empty:
-        beating = f"has beaten within {stale}" if stale else "is heartbeating"
-        notice(f"no stuck runs{kind}: every running workflow's worker {beating}")
-    if report.slow_steps:
-        table(
-            f"Slowest steps, workflows created in the last {since}",
-            ["type", "step", "count", "avg", "p50", "p95", "max"],
-            [
-                (
-                    r["workflow_type"],
-                    r["step_name"],
-                    r["count"],
-                    seconds(r["avg_seconds"]),
-                    seconds(r["p50_seconds"]),
-                    seconds(r["p95_seconds"]),
-                    seconds(r["max_seconds"]),
-                )
-                for r in report.slow_steps
-            ],
-            justify=["left", "left", *[_NUM] * 5],
-        )
-    elif not report.window_empty:
-        notice(f"no completed steps yet in the workflows created in the last {since}")
-
-
-def stuck_table(rows: Sequence[dict[str, Any]], title: str) -> None:
-    table(
-        title,
-        ["id", "type", "step", "attempt", "owner", "owner state", "silent for"],
-        [
-            (
-                r["id"],
-                r["workflow_type"],
-                f"{r['current_step']} {r['step_name']}" if r["step_name"] else r["current_step"],
-                r["attempt"],
-                r["lease_owner"],
-                styled(r["owner_state"]),
-                seconds(r["age_seconds"]),
-            )
-            for r in rows
-        ],
-        justify=["left", "left", "left", _NUM, "left", "left", _NUM],
-    )
-
-
-def _first_line(message: Any, width: int = 60) -> Text | None:
-    """The first line of a stored message (cut at a line feed only), escaped, at most ``width``."""
-    if not message:
-        return None
-    first = printable(str(message).strip().split("\n")[0].rstrip("\r"))
-    return plain(first if len(first) <= width else first[: width - 1] + "…")
-
-
-def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
-    table(
-        None,
-        ["id", "type", "status", "attempt", "step", "created", "duration", "error"],
-        [
-            (
-                r["id"],
-                r["workflow_type"],
-                _list_status(r),
-                r["attempt"],
-                r["current_step"],
-                r["created_at"],
-                seconds(r["duration_seconds"]),
-                _first_line(r["error_message"]),
-            )
-            for r in rows
-        ],
-        justify=["left", "left", "left", _NUM, _NUM, "left", _NUM, "left"],
-    )
-
-
-def _list_status(row: dict[str, Any]) -> Text:
-    """A list row's status; a pending run of a type no live worker runs says so."""
-    if row.get("no_live_worker"):
-        woken = " (woken)" if row.get("waiting_for") else ""
-        return plain(
-            f"{row['status']}{woken} (no live worker)", style=STATUS_STYLES.get(str(row["status"]), "")
-        )
-    return workflow_status(row)
-
-
-def workflow_status(row: dict[str, Any]) -> Text:
-    """The status ``show`` and ``list`` give a row: ``waiting`` while it is parked on a wait and
-    not due (wfctl.waits), ``pending (woken)`` once woken, else the stored status."""
-    found = row.get("waiting_for")
-    if found is None:
-        return styled(row["status"])
-    if found["state"] == WAITING:
-        return plain("waiting", style="yellow")
-    return plain(f"{row['status']} (woken)", style="yellow")
-
-
 def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int = TIMELINE_WIDTH) -> Text:
     """A bar placed at ``offset`` and ``duration`` long, on a line of ``width`` cells for ``span``."""
     from rich.text import Text
@@ -391,148 +237,21 @@ def timeline_bar(offset: Any, duration: Any, span: float, style: str, width: int
     return Text.assemble(" " * start, ("█" * length, style), " " * (width - start - length))
 
 
-def _attempt(attempt: int, max_retries: int | None) -> str:
-    return str(attempt) if max_retries is None else f"{attempt} of {1 + max_retries}"
+def heading(text: str, style: str = "bold") -> None:
+    """A heading line on stdout (``Input``, ``Error``...)."""
+    _out().print(plain(text, style=style))
 
 
-def workflow_detail(
-    detail: WorkflowDetail, *, traceback: bool = False, extra: Sequence[tuple[str, Any]] = ()
-) -> None:
-    """The workflow's row (``extra`` lines after its status), its input, output and error (with
-    ``traceback``, the error's whole traceback), the step timeline and its attempts."""
+def text_block(text: str, *, style: str = "") -> None:
+    """Stored text on stdout, its line feeds and tabs kept, other control characters escaped."""
+    _out().print(plain(text, keep="\n\t", style=style))
+
+
+def json_block(value: Any) -> None:
+    """A value as indented JSON on stdout (``to_json``)."""
     from rich.text import Text
 
-    w = detail.workflow
-    out = _out()
-    key_values(
-        f"Workflow {w['id']}",
-        [
-            ("type", w["workflow_type"]),
-            ("status", workflow_status(w)),
-            *extra,
-            ("attempt", _attempt(w["attempt"], w["max_retries"])),
-            ("current step", w["current_step"]),
-            ("priority", w["priority"]),
-            ("idempotency key", w["idempotency_key"]),
-            # only for a run submitted with one (the per-key limit's key)
-            *([("concurrency key", w["concurrency_key"])] if w.get("concurrency_key") is not None else []),
-            ("created", w["created_at"]),
-            ("run at", _run_at(w)),
-            ("started", w["started_at"]),
-            ("finished", w["finished_at"]),
-            ("duration", seconds(w["duration_seconds"])),  # time in steps
-            ("elapsed", seconds(w["elapsed_seconds"])),  # first claim to finish (or now)
-            ("updated", w["updated_at"]),
-            ("owner", w["lease_owner"]),
-            ("lease epoch", w["lease_epoch"]),
-        ],
-    )
-    for label, value in (("Input", w["input_data"]), ("Output", w["output_data"])):
-        if value is None:
-            continue
-        out.print(Text(label, style="bold"))
-        out.print(Text(to_json(value)))
-    if w["error_message"]:
-        out.print(Text("Error", style="bold red"))
-        out.print(plain(w["error_message"], keep="\n\t", style="red"))
-        if traceback and w["error_traceback"]:
-            out.print(plain(w["error_traceback"], keep="\n\t"))
-        elif w["error_traceback"]:
-            notice("the error's traceback: wfctl show --traceback " + str(w["id"]))
-    elif traceback:
-        # no current error (a retry completed, say): the latest attempt that failed with one
-        failed = [a for a in detail.attempts if a["traceback"]]
-        if failed:
-            last = failed[-1]
-            title = f"Error of attempt {last['attempt']} (epoch {last['lease_epoch']})"
-            out.print(Text(title, style="bold red"))
-            out.print(plain(last["traceback"], keep="\n\t"))
-        else:
-            notice("no traceback: no attempt of this workflow raised an error")
-    if detail.steps:
-        _steps_table(detail, w)
-    else:
-        notice("no steps recorded yet")
-    if detail.attempts:
-        _attempts_table(detail.attempts)
-
-
-def _run_at(w: dict[str, Any]) -> Any:
-    """The row's run_at; for a parked run without a timeout (its run_at is the year 9999), when it
-    will run."""
-    found = w.get("waiting_for")
-    if found is not None and found["state"] == WAITING and found["until"] is None:
-        return "when woken (no timeout)"
-    return w["run_at"]
-
-
-def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:
-    ends = [float(s["offset_seconds"] or 0) + float(s["duration_seconds"] or 0) for s in detail.steps]
-    span = max([*ends, float(w["elapsed_seconds"] or 0)]) if w["finished_at"] else max(ends)
-    table(
-        f"Steps (timeline: {format_duration(span)} from the first claim)",
-        ["#", "step", "status", "attempt", "offset", "duration", "timeline", "error"],
-        [
-            (
-                s["step_number"],
-                s["step_name"],
-                styled(s["status"]),
-                s["attempt"],
-                seconds(s["offset_seconds"]),
-                seconds(s["duration_seconds"]),
-                timeline_bar(
-                    s["offset_seconds"], s["duration_seconds"], span, STATUS_STYLES.get(s["status"], "")
-                ),
-                _first_line(s["error_message"], 40),
-            )
-            for s in detail.steps
-        ],
-        justify=[_NUM, "left", "left", _NUM, _NUM, _NUM, "left", "left"],
-    )
-
-
-def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
-    """Every execution: when and where it ran and how it ended."""
-    table(
-        "Attempts",
-        ["attempt", "epoch", "worker", "started", "ran", "outcome", "steps", "error"],
-        [
-            (
-                a["attempt"],
-                a["lease_epoch"],
-                a["worker_id"],
-                a["started_at"],
-                seconds(a["duration_seconds"]),
-                styled(a["outcome"]),
-                a["last_step"],
-                _first_line(a["error"], 60),
-            )
-            for a in attempts
-        ],
-        justify=[_NUM, _NUM, "left", "left", _NUM, "left", _NUM, "left"],
-    )
-
-
-def workers_table(rows: Sequence[dict[str, Any]]) -> None:
-    table(
-        None,
-        ["id", "host", "pid", "state", "heartbeat", "dead after", "running", "started", "version"],
-        [
-            (
-                r["id"],
-                r["hostname"],
-                r["pid"],
-                styled(r["state"]),
-                ago(r["heartbeat_age_seconds"]),
-                seconds(r["dead_after_seconds"]),
-                f"{r['running']}/{r['concurrency']}",
-                r["started_at"],
-                r["version"],
-            )
-            for r in rows
-        ],
-        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, "left", "left"],
-    )
+    _out().print(Text(to_json(value)))
 
 
 class _NoProgress:

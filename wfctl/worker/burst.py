@@ -9,6 +9,7 @@ first and the last are due) and those of types it does not run.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,12 @@ from psycopg.rows import class_row
 
 from wfctl.queries import q
 from wfctl.recovery import seconds_text
+from wfctl.worker.duties import Alarmed
+from wfctl.worker.log import WorkerLog
+from wfctl.worker.session import Session
+
+#: The shortest wait before claiming work found due again.
+RECHECK = 0.05
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,22 @@ def outlook(conn: psycopg.Connection[Any], types: list[str], horizon: float) -> 
         row = cur.execute(q("worker.burst_outlook"), {"types": types, "horizon": horizon}).fetchone()
     assert row is not None  # an aggregate: always one row
     return row
+
+
+def finished(session: Session, types: list[str], horizon: float, poll: Alarmed, log: WorkerLog) -> bool:
+    """With nothing runnable: if work of ``types`` is due within ``horizon`` (--burst-wait),
+    wait for it (``poll`` is due when it is, or sooner) and carry on (False); otherwise log
+    what stays behind and finish (True, also when the database refused to say)."""
+    found: Outlook | None = session.guarded("burst check", outlook, types, horizon)
+    if found is None:
+        log.info("burst: no runnable work left; exiting")
+        return True
+    wait = wait_seconds(found)
+    if wait is not None:
+        poll.alarm(time.monotonic() + max(wait, RECHECK))
+        return False
+    log.info(leaving(found, horizon))
+    return True
 
 
 def wait_seconds(found: Outlook) -> float | None:

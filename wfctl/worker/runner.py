@@ -14,12 +14,15 @@ Signals:
 
 (The handlers and the watchdog that bounds shutdown are wfctl/worker/stopping.py.)
 
-When the connection drops, the loop reconnects with backoff and re-sends the writes that were
-in flight; they are idempotent under the same lease epoch.
+The connection is the loop's session (wfctl/worker/session.py): when it drops, the loop
+reconnects with backoff and re-sends the writes that were in flight; they are idempotent under
+the same lease epoch. Each heartbeat's answer is reconciled with the executions the worker
+holds (wfctl/worker/reconcile.py).
 
-Besides its own work, a live worker sweeps: it requeues the runs of workers that missed their
-heartbeats (wfctl/worker/sweep.py), and it can report its readiness over HTTP or in a file
-(wfctl/worker/health.py).
+Besides its own work, a live worker has duties (wfctl/worker/duties.py), each in its module: it
+sweeps, requeuing the runs of workers that missed their heartbeats (sweep.py), fails runs past
+their deadline (deadlines.py), fires schedules (ticks.py), keeps partitions ahead
+(partitioning.py); and it can report its readiness over HTTP or in a file (health.py).
 """
 
 from __future__ import annotations
@@ -37,19 +40,20 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import limits, partitions, recovery, schema, storedjson
-from wfctl.connection import behind_pooler, connect, connection_lost, scrub
+from wfctl import limits, schema
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
-from wfctl.worker import burst, claims, heartbeat, poollog, ticks
+from wfctl.worker import burst, claims, heartbeat, poollog, reconcile, ticks
 from wfctl.worker.calls import Call, execute
 from wfctl.worker.checkpoints import ENDING, Request, flush, merge
+from wfctl.worker.deadlines import DeadlineDuty
 from wfctl.worker.duties import Alarmed, Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.lease import Leases
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
+from wfctl.worker.partitioning import PartitionDuty
 from wfctl.worker.policy import (
     CLAIM_AHEAD_HOLD,
     COALESCE_GAP,
@@ -59,23 +63,16 @@ from wfctl.worker.policy import (
     free_slots,
     should_claim,
 )
+from wfctl.worker.reconcile import Key
+from wfctl.worker.session import REFUSED, GaveUp, Session
 from wfctl.worker.stopping import Stopper
-from wfctl.worker.sweep import SweepDuty
+from wfctl.worker.sweep import SweepDuty, sweep_once
 from wfctl.worker.targets import PartitionTargets
 from wfctl.worker.transactions import TransactionPool
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
 
-Key = tuple[UUID, int]  # one execution: workflow id and the lease epoch it runs under
-
-
-class GaveUp(Exception):
-    """The connection is gone and the worker stopped trying to reconnect (it is stopping)."""
-
-
-RECONNECT_MAX_DELAY = 5.0
 ALARM_SLACK = 0.01  # seconds after a parked or backing-off run's due time that the worker claims
-BURST_RECHECK = 0.05  # --burst: the shortest wait before claiming work found due again
 
 
 class Worker:
@@ -94,7 +91,15 @@ class Worker:
             name: claims.Policy(wt.max_retries, wt.timeout, wt.timeout_error)
             for name, wt in self.types.items()
         }
-        self.conn: psycopg.Connection[Any] | None = None
+        # the loop's one connection: connect, reconnect, and the guard for refused statements
+        self.session = Session(
+            dsn,
+            options,
+            log,
+            self.me.id,
+            deadline=lambda: self.stopper.deadline,
+            reconnected=self._reconnected,
+        )
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         # ctx.transaction's connections: a small pool, opened by the first transactional step
@@ -125,8 +130,8 @@ class Worker:
             options.grace,
             log,
             wake=self._wake,
-            in_statement=lambda: self._in_statement,
-            cancel=self._cancel_statement,
+            in_statement=lambda: self.session.in_statement,
+            cancel=self.session.cancel_statement,
             held=lambda: len(self.running) + len(self.unsettled),
             before_exit=self._remove_health_file,
         )
@@ -139,7 +144,6 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._wakeups = 0
         self._idle = False  # the last claim marked this worker idle in the database (workers.idle)
-        self._pooled = False  # found a transaction pooler in between: poll, prepare nothing
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
         # periodic duties, in the order they run when several are due: the heartbeat first
         # (after a pause, a reconnect or a fenced write, learn which leases are gone before a
@@ -182,7 +186,7 @@ class Worker:
                 SweepDuty(
                     options.heartbeat,
                     options.dead_after,
-                    self._sweep_once,
+                    sweep_once(self.session, found=lambda: setattr(self, "_more", True)),
                     log,
                     start=time.monotonic(),
                     enabled=lambda: not self.stopping.is_set(),
@@ -191,14 +195,19 @@ class Worker:
         # deadlines: fail the runs whose deadline passed, pending (queued, parked, requeued) or
         # running; every beat, also with --no-sweep, and at the deadline of each run claimed here
         self.deadlines = self.duties.add(
-            Alarmed("deadlines", options.heartbeat, self._expire, active=lambda: not self.stopping.is_set())
+            DeadlineDuty(
+                options.heartbeat,
+                self.session,
+                log,
+                lambda: self.running.values(),
+                enabled=lambda: not self.stopping.is_set(),
+            )
         )
-        self._expire_every_at = 0.0  # when the deadline duty's next regular pass is due
         # schedules: fire the ticks that are due, at the earliest tick and at least every beat
         self.ticks = self.duties.add(
             ticks.TickDuty(
                 options.heartbeat,
-                self._fire_ticks,
+                ticks.guarded_fire(self.session, options.dead_after),
                 log,
                 clock=time.monotonic,
                 fired=lambda: setattr(self, "_more", True),
@@ -208,12 +217,7 @@ class Worker:
         # the partitioned layout (wfctl/partitions.py): partitions ahead of time, looked for at the
         # start and every minute (one catalog lookup when they exist; nothing when unpartitioned)
         self.duties.add(
-            Duty(
-                "partitions",
-                partitions.DUTY_INTERVAL,
-                self._ensure_partitions,
-                active=lambda: not self.stopping.is_set(),
-            )
+            PartitionDuty(self.session, log, self.frontier, enabled=lambda: not self.stopping.is_set())
         )
         # readiness (--health-port, --health-file): connected, and the last beat recent
         self.last_beat_ok: float | None = None  # monotonic time of the last successful beat
@@ -224,8 +228,6 @@ class Worker:
         )
         self.health_file = HealthFile(options.health_file) if options.health_file else None
         self._more = True
-        self._in_statement = False  # the loop waits for the database (for the watchdog)
-        self._last_refusal: tuple[str, float] = ("", 0.0)
 
     # -- threads -> loop ----------------------------------------------------------------------
 
@@ -278,100 +280,19 @@ class Worker:
                 if self._sleeping:
                     self._wake()
 
-    # -- for the watchdog ----------------------------------------------------------------------
-
-    def _cancel_statement(self) -> None:
-        conn = self.conn
-        if conn is not None:
-            conn.cancel_safe(timeout=1.0)
-
     def _remove_health_file(self) -> None:
         if self.health_file is not None:
             self.health_file.remove()
 
     # -- database -----------------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self.dsn, prepare=False, application_name="wfctl worker")
-        # a stored value Python cannot read (an input, a step's output, a message) comes back
-        # as an Unreadable that fails its run, not as an error that fails the whole claim
-        storedjson.install(conn)
-        direct = self.options.prepare or self.options.listen
-        if direct and behind_pooler(conn):
-            if not self._pooled:
-                self.log.warning(
-                    "this connection goes through a pooler (PgBouncer?): polling every "
-                    f"{self.options.poll:g}s, without LISTEN and without server-side prepares "
-                    "(as with --no-listen)"
-                )
-            self._pooled = True
-        if self._pooled:
-            return conn
-        if self.options.prepare:
-            # at the first execution: a statement planned generically over 41 partitions costs
-            # 5-20 ms, and psycopg's default (the sixth) planned each one five times per worker
-            conn.prepare_threshold = 0
-            conn.execute(q("worker.session_setup"))
-        if self.options.listen:
-            claims.listen(conn, self.me.id)
-        return conn
-
-    def _listening(self) -> bool:
-        return self.options.listen and not self._pooled
-
-    def _db(self) -> psycopg.Connection[Any]:
-        assert self.conn is not None
-        return self.conn
-
-    def _reconnect(self, error: BaseException, action: str) -> None:
-        """Reconnect with backoff; GaveUp if the worker is stopping and its grace is over."""
-        self.log.warning(
-            f"lost the database connection during {action} ({_one_line(error, self.dsn)}); reconnecting"
-        )
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
-            self.conn = None
-        delay = 0.1
-        started = time.monotonic()
-        while True:
-            if self.stopper.deadline is not None and time.monotonic() > self.stopper.deadline:
-                raise GaveUp(_one_line(error, self.dsn))
-            try:
-                self.conn = self._connect()
-            except Exception:
-                time.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX_DELAY)
-                continue
-            self.log.info(f"reconnected after {time.monotonic() - started:.1f}s")
-            self.heartbeat.soon()
-            if self.sweep is not None:  # the others were probably cut off too: let them beat
-                self.sweep.postpone(time.monotonic())
-            self._more = True
-            return
-
-    def _with_db(self, action: str, fn: Any, *args: Any, resend: bool = True) -> Any:
-        """Run ``fn(conn, *args)``, reconnecting and retrying when the connection was lost
-        (with ``resend=False``: reconnecting, and returning None instead of sending it again).
-        Any other database error (a statement timeout, a deadlock, a value the database
-        refuses, a full disk) is a refusal of this statement: it is raised to the caller,
-        which fails what it must and carries on; re-sending it would fail the same way."""
-        while True:
-            conn = self.conn
-            try:
-                if conn is None:
-                    raise psycopg.OperationalError("not connected")
-                self._in_statement = True
-                try:
-                    return fn(conn, *args)
-                finally:
-                    self._in_statement = False
-            except psycopg.Error as exc:
-                if conn is not None and not connection_lost(conn, exc):
-                    raise
-                self._reconnect(exc, action)
-                if not resend:
-                    return None
+    def _reconnected(self) -> None:
+        """After a reconnect: a heartbeat at once; no sweep for a while (the others were
+        probably cut off too: let them beat); and a claim."""
+        self.heartbeat.soon()
+        if self.sweep is not None:
+            self.sweep.postpone(time.monotonic())
+        self._more = True
 
     def _declare(self) -> None:
         """At start: the schedules and the limits (``@wfctl.workflow(concurrency=, rate=,
@@ -380,20 +301,11 @@ class Worker:
         worker frozen while it declares loses its transaction after --dead-after (the server
         ends its session), and declares again on a new connection when it wakes."""
         hold = self.options.dead_after
-        self._with_db(
+        self.session.run(
             "schedule declaration", lambda conn: ticks.declare(conn, self.types, self.log, hold=hold)
         )
         declared = [(name, wt.limits) for name, wt in self.types.items()]
-        self._with_db("limit declaration", lambda conn: limits.declare(conn, declared, hold=hold))
-
-    def _refused(self, action: str, error: psycopg.Error) -> None:
-        """Log a refused statement (once a minute for the same message)."""
-        text = _one_line(error, self.dsn)
-        last, when = self._last_refusal
-        now = time.monotonic()
-        if text != last or now - when > 60:
-            self._last_refusal = (text, now)
-            self.log.warning(f"the database refused the {action} ({text}); carrying on")
+        self.session.run("limit declaration", lambda conn: limits.declare(conn, declared, hold=hold))
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -402,15 +314,14 @@ class Worker:
             self.health_server.start()  # a port in use fails here, before anything is claimed
         self.stopper.install()
         self._pool_log = poollog.route(self.log, self.dsn)
-        self.conn = self._connect()
-        schema.check(self.conn)
+        schema.check(self.session.open())
         self._declare()
         for index in range(self.options.concurrency):
             thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self.heartbeat.run(time.monotonic())
-        mode = "listen+poll" if self._listening() else "poll only"
+        mode = "listen+poll" if self.session.listening() else "poll only"
         self.log.info(
             f"worker {self.me.id} ready",
             types=",".join(self.types),
@@ -459,7 +370,9 @@ class Worker:
                     and not self.running
                     and not self.requests
                     and not self.unsettled
-                    and self._burst_finished()
+                    and burst.finished(
+                        self.session, list(self.types), self.options.burst_wait, self.poll, self.log
+                    )
                 ):
                     return
                 continue
@@ -549,10 +462,7 @@ class Worker:
         start: one statement records it (workers.started_seq), and commits, before any of their
         code runs, so that a run that kills its worker is charged for it."""
         seq = max(e.claimed.ahead_seq or 0 for e in ahead)
-        try:
-            self._with_db("start", claims.start_ahead, self.me.id, seq)
-        except psycopg.Error as exc:
-            self._refused("start", exc)
+        if self.session.guarded("start", claims.start_ahead, self.me.id, seq, otherwise=REFUSED) is REFUSED:
             # none starts: hand them back (what this misses, the heartbeat finds as orphans)
             for execution in ahead:
                 self.running.pop(execution.key, None)
@@ -581,11 +491,10 @@ class Worker:
             self.backlog.remove(execution)
             self.running.pop(execution.key, None)
         self._ahead = False
-        try:
-            released = set(self._with_db("hand back", _release, self.me.id, [e.key for e in due]))
-        except psycopg.Error as exc:
-            self._refused("hand back", exc)  # what it holds still, the heartbeat finds as orphans
-            return
+        handed = self.session.guarded("hand back", reconcile.release, self.me.id, [e.key for e in due])
+        if handed is None:
+            return  # what it holds still, the heartbeat finds as orphans
+        released = set(handed)
         for execution in due:
             if execution.claimed.id not in released:  # recovered, cancelled, timed out meanwhile
                 self.log.warning(f"{execution.id} lease lost before it started: not run here")
@@ -612,22 +521,20 @@ class Worker:
         self.poll.ran(time.monotonic())
         ahead_from = self._ahead_seq
         self._ahead_seq += limit  # never the same place twice, even for a claim sent again
-        try:
-            batch = self._with_db(
-                "claim",
-                functools.partial(
-                    claims.claim,
-                    addressable=self._listening(),
-                    room=self.options.concurrency - len(self.running) + len(self._ending),
-                    ahead_from=ahead_from,
-                ),
-                self.me.id,
-                self.policies,
-                limit,
-                self.frontier,
-            )
-        except psycopg.Error as exc:
-            self._refused("claim", exc)
+        batch = self.session.guarded(
+            "claim",
+            functools.partial(
+                claims.claim,
+                addressable=self.session.listening(),
+                room=self.options.concurrency - len(self.running) + len(self._ending),
+                ahead_from=ahead_from,
+            ),
+            self.me.id,
+            self.policies,
+            limit,
+            self.frontier,
+        )
+        if batch is None:
             self._more = False
             return 0
         self._more = len(batch.claimed) == limit
@@ -664,7 +571,7 @@ class Worker:
         starts = self._starts_for(batch)
         started = (self.me.id, max(e.claimed.ahead_seq or 0 for e in starts)) if starts else None
         try:
-            self._with_db("flush", flush, batch, self.targets, started)
+            self.session.run("flush", flush, batch, self.targets, started)
             for execution in starts:  # recorded started: each takes a thread its batch frees
                 execution.ahead = False
             for request in batch:
@@ -679,7 +586,7 @@ class Worker:
             # time, so that only the culprit fails; once one of an execution's writes fails,
             # its later writes in this batch fail with it (a completion never commits without
             # the checkpoint before it). Its attempt is then ended by the loop, counted.
-            self._refused("write", exc)
+            self.session.refused("write", exc)
             self._flush_one_by_one(batch)
         if any(not r.ok for r in batch):
             self.heartbeat.soon()  # a fenced write: other leases of ours may be gone too
@@ -706,7 +613,7 @@ class Worker:
         while self.calls:
             call = self.calls.popleft()
             try:
-                self._with_db(call.op, execute, call)
+                self.session.run(call.op, execute, call)
             except GaveUp as exc:
                 call.abort(exc)
                 for rest in self.calls:
@@ -714,7 +621,7 @@ class Worker:
                 self.calls.clear()
                 raise
             except psycopg.Error as exc:
-                self._refused(call.op, exc)
+                self.session.refused(call.op, exc)
                 call.abort(exc)
 
     def _flush_one_by_one(self, batch: list[Request]) -> None:
@@ -726,7 +633,7 @@ class Worker:
                     request.abort(failed[key])
                 continue
             try:
-                self._with_db("flush", flush, list(group), self.targets)
+                self.session.run("flush", flush, list(group), self.targets)
             except GaveUp as exc:
                 for request in group:
                     request.abort(exc)
@@ -744,15 +651,15 @@ class Worker:
             list(self.types),
             interval=self.options.heartbeat,
             dead_after=self.options.dead_after,
-            addressable=self._listening(),
+            addressable=self.session.listening(),
         )
 
     def _beat(self) -> None:
+        """The heartbeat duty: beat, then reconcile what the database says this worker runs
+        with what it holds (wfctl/worker/reconcile.py)."""
         sent = time.monotonic()
-        try:
-            owned = self._with_db("heartbeat", self._beat_once)
-        except psycopg.Error as exc:
-            self._refused("heartbeat", exc)
+        owned = self.session.guarded("heartbeat", self._beat_once)
+        if owned is None:
             self.leases.beat_finished(sent, ok=False)
             return
         self.last_beat_ok = time.monotonic()
@@ -760,12 +667,7 @@ class Worker:
             problem = self.health_file.touch()
             if problem:
                 self.log.warning(problem)
-        lost = [
-            e
-            for e in self.running.values()
-            if not e.terminal and not e.lost and owned.get(e.claimed.id) != e.claimed.epoch
-        ]
-        for execution in lost:
+        for execution in reconcile.lost(owned, self.running.values()):
             execution.lost = True
             self.log.warning(
                 f"{execution.id} lease lost: another worker or `wfctl recover` / "
@@ -776,92 +678,17 @@ class Worker:
         self._start_ready()  # what waited in the backlog for this confirmation
         # ended here without a final write: end the attempt (again, if the last try was refused)
         due = time.monotonic() >= self._abandon_due
-        for key in list(self.unsettled):
-            if owned.get(key[0]) != key[1]:
-                del self.unsettled[key]  # its attempt ended, or the run was taken elsewhere
-            elif due:
+        done, still = reconcile.settled(owned, self.unsettled)
+        for key in done:
+            del self.unsettled[key]  # its attempt ended, or the run was taken elsewhere
+        if due:
+            for key in still:
                 self._abandon(self.unsettled[key])
-        orphans = [
-            (wid, epoch)
-            for wid, epoch in owned.items()
-            if (wid, epoch) not in self.running and (wid, epoch) not in self.unsettled
-        ]
+        orphans = reconcile.orphans(owned, [*self.running, *self.unsettled])
         if orphans:  # claimed by a statement whose reply never arrived
             released = self._release(orphans)
             if released:
                 self.log.info(f"released {released} workflow(s) claimed during a connection loss")
-
-    def _sweep_once(self) -> list[recovery.Recovered] | None:
-        """The sweep duty's statement (recovery.sweep); None when another worker sweeps now, or
-        when the connection was lost during it: the reconnect postponed the sweep (the others
-        were probably cut off too), so it is not sent again at once."""
-        try:
-            found = self._with_db("sweep", recovery.sweep, resend=False)
-        except psycopg.Error as exc:
-            self._refused("sweep", exc)
-            return []
-        if found:
-            self._more = True  # runnable now; its NOTIFY wakes the other workers
-        return found  # type: ignore[no-any-return]
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        if now < self._expire_every_at and not any(
-            e.past_deadline() for e in self.running.values() if not e.terminal and not e.lost
-        ):
-            return  # an alarm for a run that has ended here since: no statement
-        if now >= self._expire_every_at:
-            self._expire_every_at = now + self.options.heartbeat
-        try:
-            expired = self._with_db("deadline check", recovery.expire)
-        except psycopg.Error as exc:
-            self._refused("deadline check", exc)
-            return
-        failed: set[UUID] = set()
-        for run in expired:
-            failed.add(run.id)
-            self.log.event("failed", f"{run.id} {run.error_message}", level="error", type=run.workflow_type)
-        for execution in self.running.values():
-            # one of ours: its epoch moved on, so it commits nothing more; it stops at its
-            # next write or step
-            if execution.claimed.id in failed:
-                execution.lost = True
-
-    def _ensure_partitions(self) -> None:
-        try:
-            made = self._with_db("partition check", partitions.ensure)
-        except psycopg.Error as exc:
-            self._refused("partition check", exc)
-            return
-        self.frontier.bounded = made.partitioned
-        if made.created:
-            moved = f", {made.moved} row(s) moved out of the default partitions" if made.moved else ""
-            self.log.info(f"created the partitions of {made.created} interval(s) ahead{moved}")
-
-    def _fire_ticks(self) -> ticks.Outcome | None:
-        try:
-            return self._with_db("schedule check", ticks.fire_once, self.options.dead_after)  # type: ignore[no-any-return]
-        except psycopg.Error as exc:
-            self._refused("schedule check", exc)
-            return None
-
-    def _burst_finished(self) -> bool:
-        """--burst with nothing runnable: if work of its types is due within --burst-wait, wait
-        for it (the next poll comes when it is due, or sooner) and carry on; otherwise log what
-        stays behind and finish."""
-        try:
-            found = self._with_db("burst check", burst.outlook, list(self.types), self.options.burst_wait)
-        except psycopg.Error as exc:
-            self._refused("burst check", exc)
-            self.log.info("burst: no runnable work left; exiting")
-            return True
-        wait = burst.wait_seconds(found)
-        if wait is not None:
-            due = time.monotonic() + max(wait, BURST_RECHECK)
-            self.poll.alarm(due)
-            return False
-        self.log.info(burst.leaving(found, self.options.burst_wait))
-        return True
 
     def health(self) -> tuple[bool, str]:
         """Readiness, for --health-port (called on the endpoint's thread: reads only): stopping
@@ -869,8 +696,7 @@ class Worker:
         silence after which other workers would count this one as dead."""
         if self.stopping.is_set():
             return False, "stopping"
-        conn = self.conn
-        if conn is None or conn.closed:
+        if not self.session.connected():
             return False, "not connected to the database"
         last = self.last_beat_ok
         if last is None:
@@ -923,12 +749,12 @@ class Worker:
 
     def _wait(self) -> None:
         watch = [self._wake_r]
-        if self._listening():
+        if self.session.listening():
             # A NOTIFY that arrived during the last statement (a claim, a flush, a heartbeat)
             # was read off the socket with its reply and waits in the connection's backlog: the
             # socket has nothing more to say. Count those first, and never sleep holding one.
-            before = self.conn
-            if self._drain_notifications() or self.conn is not before:
+            before = self.session.conn
+            if self._drain_notifications() or self.session.conn is not before:
                 return  # a wake-up to act on, or a new connection (the loop claims at once)
             if before is not None and not before.closed:
                 watch.append(before.fileno())
@@ -936,14 +762,14 @@ class Worker:
         if self.stopper.deadline is not None:
             wake_at = min(wake_at, self.stopper.deadline)
         self._select(watch, max(0.0, wake_at - time.monotonic()))
-        if self._listening():
+        if self.session.listening():
             self._drain_notifications()
 
     def _drain_notifications(self) -> int:
         """Count the wake-ups received (during earlier statements or waiting on the socket now)
         towards the next claim; how many there were."""
         try:
-            found: claims.Wakeups = self._with_db("listen", claims.drain_notifications)
+            found: claims.Wakeups = self.session.run("listen", claims.drain_notifications)
         except psycopg.Error:
             return 0
         if found.behind or any(self.frontier.passed(a) for a in found.announced):
@@ -957,11 +783,7 @@ class Worker:
         """Hand back executions this worker still holds; how many were handed back."""
         if not keys:
             return 0
-        try:
-            return len(self._with_db("release", _release, self.me.id, keys))
-        except psycopg.Error as exc:
-            self._refused("release", exc)
-            return 0
+        return len(self.session.guarded("release", reconcile.release, self.me.id, keys, otherwise=[]))
 
     def _release_remaining(self, reason: str = "grace period over") -> None:
         """Hand back every workflow still held (the statement only touches those still running
@@ -979,14 +801,16 @@ class Worker:
 
     def _shutdown(self) -> None:
         try:
-            if self.conn is not None and not self.conn.closed:
+            if self.session.connected():
                 if self.running:
                     self._release_remaining("stopping")
-                heartbeat.stopped(self.conn, self.me)
-                self.conn.execute(q("worker.notify"))
-                self.conn.close()
+                conn = self.session.conn  # a new one, if the release reconnected
+                assert conn is not None  # (one that gave up reconnecting raised GaveUp)
+                heartbeat.stopped(conn, self.me)
+                conn.execute(q("worker.notify"))
+                conn.close()
         except (psycopg.Error, GaveUp) as exc:
-            self.log.warning(f"could not mark the worker stopped: {_one_line(exc, self.dsn)}")
+            self.log.warning(f"could not mark the worker stopped: {self.session.one_line(exc)}")
         for _ in self._threads:
             self._work.put(None)
         self.transactions.close()
@@ -998,16 +822,3 @@ class Worker:
         self.log.info(f"worker {self.me.id} stopped")
 
 
-def _release(conn: psycopg.Connection[Any], owner: str, keys: list[Key]) -> list[UUID]:
-    rows = conn.execute(
-        q("worker.release_owned"),
-        {"id": owner, "ids": [k[0] for k in keys], "epochs": [k[1] for k in keys]},
-    ).fetchall()
-    if rows:
-        conn.execute(q("worker.notify"))
-    return [r[0] for r in rows]
-
-
-def _one_line(error: BaseException, dsn: str) -> str:
-    text = str(error).strip().splitlines()
-    return scrub(text[0] if text else type(error).__name__, dsn)

@@ -18,13 +18,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from wfctl import recovery
 from wfctl.recovery import Recovered
 from wfctl.words import PENDING
 from wfctl.worker.duties import Duty
 from wfctl.worker.log import WorkerLog
+from wfctl.worker.session import Session
 
 #: The sweep itself: the requeued runs, or None when another worker holds the sweep lock.
 SweepOnce = Callable[[], "list[Recovered] | None"]
+
+
+def sweep_once(session: Session, found: Callable[[], None]) -> SweepOnce:
+    """The sweep's statement (``recovery.sweep``) through the worker's ``session``; ``found``
+    runs when it requeued something (runnable now; its NOTIFY wakes the other workers). A
+    refusal counts as nothing requeued; a connection lost during the sweep as another worker
+    sweeping (None): the reconnect postponed the sweep (the others were probably cut off too),
+    so it is not sent again at once."""
+
+    def once() -> list[Recovered] | None:
+        requeued: list[Recovered] | None = session.guarded(
+            "sweep", recovery.sweep, otherwise=[], resend=False
+        )
+        if requeued:
+            found()
+        return requeued
+
+    return once
 
 
 class SweepDuty(Duty):

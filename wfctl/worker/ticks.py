@@ -22,6 +22,7 @@ from wfctl import cron, schedules
 from wfctl.registry import WorkflowType
 from wfctl.worker.duties import Clock, Duty
 from wfctl.worker.log import WorkerLog
+from wfctl.worker.session import Session
 
 #: Wake this long after the earliest tick (the clocks of the worker and the database agree
 #: only so far: woken early, the duty finds nothing due and runs again right after).
@@ -41,6 +42,16 @@ def fire_once(conn: psycopg.Connection[Any], hold: float) -> Outcome:
     should the worker freeze in it: its --dead-after), then look at when the next tick comes."""
     firing = schedules.fire_due(conn, hold=hold)
     return Outcome(firing, schedules.next_due(conn))
+
+
+def guarded_fire(session: Session, hold: float) -> Callable[[], Outcome | None]:
+    """``fire_once`` through the worker's ``session``: None when the database refused it."""
+
+    def fire() -> Outcome | None:
+        outcome: Outcome | None = session.guarded("schedule check", fire_once, hold)
+        return outcome
+
+    return fire
 
 
 class TickDuty(Duty):

@@ -53,7 +53,7 @@ def test_the_site_builds_strictly(tmp_path):
     public = [name for name in wfctl.__all__ if not name.startswith("_")]
     undocumented = [n for n in public if f'id="wfctl.{n}"' not in api and f'id="wfctl.errors.{n}"' not in api]
     assert not undocumented, f"docs/reference/api.md lacks {undocumented} of wfctl.__all__"
-    assert 'id="wfctl.context.MemoryJournal"' in api
+    assert 'id="wfctl.testing.MemoryJournal"' in api
 
 
 def test_a_page_outside_the_nav_or_a_broken_link_fails_the_build(tmp_path):

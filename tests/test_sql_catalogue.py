@@ -8,8 +8,10 @@ and tests/, followed back to string literals: a literal, either branch of ``a if
 the values assigned to a name (in the function, else in the module), the items of the tuple a
 ``for`` loop walks, and, for a parameter of the enclosing function, the argument every call of
 that function in the same file passes there (``reports._rows(conn, "reports.stuck", ...)``),
-or the column of its ``pytest.mark.parametrize`` table. An argument that cannot be followed
-fails the test: the catalogue is closed only while every name is visible.
+or the column of its ``pytest.mark.parametrize`` table; an attribute ``<description>.block``,
+to the ``block=`` literals of every ``Operation(...)`` of the same files (wfctl/operations.py
+describes each coordination step, its block among the rest). An argument that cannot be
+followed fails the test: the catalogue is closed only while every name is visible.
 
 A block counts as used when the package asks for it. One that only the tests or the benchmark
 ask for must be listed in OUTSIDE_THE_PACKAGE with the reason it is kept.
@@ -35,6 +37,8 @@ OTHERS = (ROOT / "bench", ROOT / "tests")
 #: arguments are block names)
 QUERY_FUNCTIONS = {"q": 1, "composed": 1, "spliced": 2}
 LOADER = PACKAGE / "queries.py"  # defines them: composed and spliced pass their caller's names on
+#: wfctl.operations: ``Operation(..., block="worker.recv")``, run as ``q(<description>.block)``
+DESCRIPTION, DESCRIBED_FIELD = "Operation", "block"
 
 #: Blocks the package does not run, kept for the tests or the benchmark, and why.
 OUTSIDE_THE_PACKAGE = {
@@ -58,8 +62,9 @@ class Unfollowable(Exception):
 
 
 class _Module:
-    def __init__(self, source: str, filename: str) -> None:
+    def __init__(self, source: str, filename: str, described: frozenset[str] = frozenset()) -> None:
         self.filename = filename
+        self.described = described  # the block= literals of the Operation(...) descriptions
         self.tree = ast.parse(source, filename)
         self.scope: dict[ast.AST, ast.AST] = {}  # node -> enclosing function, or the module
         self._visit(self.tree, self.tree)
@@ -94,7 +99,24 @@ def _names(module: _Module, node: ast.expr, scope: ast.AST, depth: int = 0) -> s
         return _names(module, node.body, scope, depth + 1) | _names(module, node.orelse, scope, depth + 1)
     if isinstance(node, ast.Name):
         return _name_values(module, node.id, scope, depth + 1, lambda v, s: _names(module, v, s, depth + 1))
+    if isinstance(node, ast.Attribute) and node.attr == DESCRIBED_FIELD and module.described:
+        return set(module.described)
     raise Unfollowable(repr(ast.unparse(node)))
+
+
+def described_blocks(files: Files) -> frozenset[str]:
+    """The ``block=`` literals of every ``Operation(...)`` call in ``files``."""
+    found: set[str] = set()
+    for filename, source in files.items():
+        for call in _Module(source, filename).calls():
+            if _called_name(call) != DESCRIPTION:
+                continue
+            for keyword in call.keywords:
+                if keyword.arg == DESCRIBED_FIELD:
+                    if not (isinstance(keyword.value, ast.Constant) and isinstance(keyword.value.value, str)):
+                        raise AssertionError(f"{filename}: {DESCRIPTION}(block=...) must be a literal")
+                    found.add(keyword.value.value)
+    return frozenset(found)
 
 
 def _items(module: _Module, node: ast.expr, scope: ast.AST, depth: int) -> set[str]:
@@ -207,8 +229,9 @@ def asked_for(files: Files) -> tuple[dict[str, list[str]], list[str]]:
     """{block name: [where it is asked for]} over ``files``, and what could not be followed."""
     names: dict[str, list[str]] = {}
     unfollowable: list[str] = []
+    described = described_blocks(files)
     for filename, source in files.items():
-        module = _Module(source, filename)
+        module = _Module(source, filename, described)
         for call in module.calls():
             count = QUERY_FUNCTIONS.get(_called_name(call) or "")
             if count is None:
@@ -327,6 +350,24 @@ def test_the_checker_finds_a_missing_name_in_a_parametrized_test():
     assert problems == ["tests/test_y.py:2: asks for 'reports.gone', which no file of sql/queries/ defines"]
 
 
+DESCRIBED = {
+    "wfctl/ops.py": (
+        'OPS = {"r": Operation("r", block="worker.recv"), "s": Operation("s", block="worker.set_event")}\n'
+        "def run(conn, op):\n    return conn.execute(q(OPS[op].block))\n"
+    )
+}
+
+
+def test_the_checker_follows_the_blocks_of_the_operation_descriptions():
+    package = {**PLANTED_PACKAGE, **DESCRIBED}
+    blocks = PLANTED_BLOCKS | {"worker.recv", "worker.set_event"}
+    assert catalogue_problems(blocks, package, PLANTED_TESTS) == []
+    unused = catalogue_problems(blocks | {"worker.join"}, package, PLANTED_TESTS)
+    assert unused == ["the block 'worker.join' is not used by the package: remove it"]
+    missing = catalogue_problems(blocks - {"worker.recv"}, package, PLANTED_TESTS)
+    assert len(missing) == 1 and "asks for 'worker.recv'" in missing[0], missing
+
+
 @pytest.mark.parametrize(
     "planted",
     [
@@ -334,6 +375,7 @@ def test_the_checker_finds_a_missing_name_in_a_parametrized_test():
         'def h(conn, kind):\n    conn.execute(q(f"worker.{kind}"))\n',
         "def h(conn, name):\n    conn.execute(q(name))\n",  # nothing calls h
         "def h(conn, *names):\n    conn.execute(q(*names))\n",
+        "def h(conn, op):\n    conn.execute(q(op.block))\n",  # no Operation(block=...) anywhere
     ],
 )
 def test_the_checker_refuses_a_name_it_cannot_follow(planted):

@@ -1,27 +1,56 @@
 """The workflow-facing API: ``Context.step``, ``Context.sleep`` and the coordination steps
 (messages, events, child workflows, patches) over a small journal.
 
-The context knows nothing of Postgres or of the worker: it asks a ``Journal`` what step N
-recorded before, and tells it to record a new result (durable before the next step starts).
-The worker implements the journal over Postgres; a test can implement it in memory.
-
-Control flow that must not be caught by a workflow's ``except Exception`` (losing the lease,
-parking for a sleep, being released at shutdown, a failed step) uses BaseException subclasses.
+The context knows nothing of Postgres or of the worker: it asks a ``Journal``
+(wfctl/journal.py) what step N recorded before, and tells it to record a new result (durable
+before the next step starts). The worker implements the journal over Postgres; a test can
+implement it in memory (``MemoryJournal``, wfctl/testing.py, importable from here too).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 from uuid import UUID
 
 from wfctl import jsonvalue
 from wfctl.durations import parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import ChildFailed, InvalidInput, PermanentError, WaitTimeout
-from wfctl.words import COMPLETED, FINISHED
+from wfctl.journal import (
+    ControlFlow,
+    DeterminismError,
+    Journal,
+    Lost,
+    Parked,
+    RecordedStep,
+    Released,
+    StepFailed,
+)
+from wfctl.operations import WAIT_STEP, Op, recv_step_name
+from wfctl.testing import MemoryJournal
+from wfctl.words import COMPLETED
+
+__all__ = [
+    "MAX_STEP_NAME",
+    "MAX_TOPIC",
+    "PATCH_PREFIX",
+    "SLEEP_STEP",
+    "WAIT_STEP",
+    "Context",
+    "ControlFlow",
+    "DeterminismError",
+    "Journal",
+    "Lost",
+    "MemoryJournal",
+    "Parked",
+    "RecordedStep",
+    "Released",
+    "StepFailed",
+    "check_label",
+    "recv_step_name",
+]
 
 T = TypeVar("T")
 
@@ -29,95 +58,6 @@ SLEEP_STEP = "sleep"
 MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
 MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
 PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
-WAIT_STEP = "wait"  # the step name of ctx.wait (a join on children)
-
-
-def recv_step_name(topic: str) -> str:
-    """The step name of ``ctx.recv(topic)``."""
-    return f"recv:{topic}"
-
-
-@dataclass(frozen=True)
-class RecordedStep:
-    number: int
-    name: str
-    output: Any  # decoded JSON
-
-
-class Journal(Protocol):
-    """What a Context needs from whoever runs it."""
-
-    def recorded(self, number: int) -> RecordedStep | None:
-        """The completed step ``number`` from an earlier attempt, if any."""
-
-    def parked_wait(self, number: int) -> str | None:
-        """The step name of the wait (a recv, a wait for children) that the run parked in as
-        step ``number`` and has not got past, if any: no step is stored there yet, but the run
-        reached that point, and a replay must meet the same wait there."""
-
-    def boundary(self) -> None:
-        """Called before a new step starts; raises Released or Lost to stop the run here."""
-
-    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
-        """Store step ``number``'s result durably. It may return before the commit: the next
-        ``boundary``, ``park`` or the run's end waits for it (and raises Lost if it failed)."""
-
-    def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
-        """Store the sleep step and make the workflow runnable again at ``wake_at``."""
-
-    def repark(self, wake_at: datetime) -> None:
-        """A replayed sleep whose wake time is still ahead: leave again until ``wake_at``
-        (the sleep step is stored already; nothing else is written)."""
-
-    def now(self) -> datetime:
-        """The current time, by the database's clock where there is one."""
-
-    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
-        """Run ``fn(conn)`` (it returns the step's output as JSON text) and checkpoint step
-        ``number`` in one database transaction; return the stored output (decoded JSON)."""
-
-    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
-        """Run coordination step ``number`` (``op``: recv, join, start_children, set_event) and
-        return the output it checkpointed (decoded JSON); raise Parked when the workflow must
-        wait (a message, children). The output and the step's effect commit together."""
-
-
-class ControlFlow(BaseException):
-    """Base of the exceptions that stop a workflow function from the outside."""
-
-
-class Lost(ControlFlow):
-    """The lease was lost: the workflow was recovered, cancelled or released elsewhere."""
-
-
-class Released(ControlFlow):
-    """The worker is shutting down: stop at this step boundary, another worker resumes."""
-
-
-class Parked(ControlFlow):
-    """The workflow waits (until ``wake_at``, or ``None``: until woken); its worker slot is free
-    meanwhile. ``waiting_for`` says for what: a sleep, a message, children."""
-
-    def __init__(self, wake_at: datetime | None, waiting_for: str = "sleep") -> None:
-        super().__init__(wake_at)
-        self.wake_at = wake_at
-        self.waiting_for = waiting_for
-
-
-class StepFailed(ControlFlow):
-    """A step raised: the attempt fails. The original exception is ``__cause__``."""
-
-    def __init__(self, number: int, name: str, error: BaseException, started_at: datetime) -> None:
-        super().__init__(f"step {number} ({name!r}) failed: {type(error).__name__}: {error}")
-        self.number = number
-        self.name = name
-        self.error = error
-        self.started_at = started_at
-
-
-class DeterminismError(ControlFlow):
-    """The code changed under a running workflow: step N's name differs from the stored one,
-    or from the wait the run parked in at step N."""
 
 
 class Context:
@@ -241,7 +181,7 @@ class Context:
         exactly once and a replay returns the same payload."""
         check_label(topic, "a message topic")
         seconds = timeout_seconds(timeout, "recv timeout")
-        output = self._coordinate("recv", recv_step_name(topic), {"topic": topic, "timeout": seconds})
+        output = self._coordinate(Op.RECV, recv_step_name(topic), {"topic": topic, "timeout": seconds})
         return output.get("payload")
 
     def set_event(self, key: str, value: Any) -> None:
@@ -252,7 +192,7 @@ class Context:
             encoded = jsonvalue.dumps(value)
         except jsonvalue.UnstorableJSON as exc:
             raise InvalidInput(f"event {key!r}: the value cannot be stored as JSON ({exc})") from exc
-        self._coordinate("set_event", f"set_event:{key}", {"key": key, "value": encoded})
+        self._coordinate(Op.SET_EVENT, f"set_event:{key}", {"key": key, "value": encoded})
 
     def start_child(
         self,
@@ -267,7 +207,7 @@ class Context:
         and never starts a second child. Its deadline is at most this workflow's."""
         params = _children(workflow_type, [input], [key], priority, timeout)
         return str(
-            self._coordinate("start_children", f"start_child:{workflow_type}", {**params, "many": False})
+            self._coordinate(Op.START_CHILDREN, f"start_child:{workflow_type}", {**params, "many": False})
         )
 
     def start_children(
@@ -284,7 +224,7 @@ class Context:
         if keys is not None and len(keys) != len(inputs):
             raise InvalidInput(f"start_children: {len(keys)} keys for {len(inputs)} inputs")
         params = _children(workflow_type, list(inputs), keys or [None] * len(inputs), priority, timeout)
-        ids = self._coordinate("start_children", f"start_children:{workflow_type}", {**params, "many": True})
+        ids = self._coordinate(Op.START_CHILDREN, f"start_children:{workflow_type}", {**params, "many": True})
         return [str(i) for i in ids]
 
     def wait(
@@ -300,7 +240,7 @@ class Context:
         except ValueError:
             raise InvalidInput(f"ctx.wait takes workflow ids, not {ids!r}") from None
         seconds = timeout_seconds(timeout, "wait timeout")
-        output = self._coordinate("join", WAIT_STEP, {"ids": id_list, "timeout": seconds})
+        output = self._coordinate(Op.JOIN, WAIT_STEP, {"ids": id_list, "timeout": seconds})
         if output.get("timed_out"):
             raise WaitTimeout(
                 f"{output.get('unfinished')} of {len(id_list)} child workflow(s) had not finished "
@@ -347,7 +287,7 @@ class Context:
         self._journal.record(number, marker, "true", self._journal.now())
         return True
 
-    def _coordinate(self, op: str, name: str, params: dict[str, Any]) -> Any:
+    def _coordinate(self, op: Op, name: str, params: dict[str, Any]) -> Any:
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
@@ -431,94 +371,3 @@ def _step_name_problem(name: str) -> str | None:
             "that are stored; the step was not run"
         )
     return None
-
-
-class MemoryJournal:
-    """A journal in memory, for testing workflow functions and replay rules without a database."""
-
-    def __init__(self, steps: dict[int, RecordedStep] | None = None) -> None:
-        self.steps: dict[int, RecordedStep] = dict(steps or {})
-        self.parked_until: datetime | None = None
-        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-        self.messages: dict[str, list[Any]] = {}  # topic -> payloads not yet received
-        self.events: dict[str, Any] = {}
-        # child id -> {"type", "input", "status", "output", "error"}; set "status" (and
-        # "output" or "error") to finish a child, then run the workflow again
-        self.children: dict[str, dict[str, Any]] = {}
-        self.connection: Any = None  # what ctx.transaction's fn receives (a test may set one)
-        # the wait the run last parked in: (step number, step name), as the worker records it
-        self.waiting: tuple[int, str] | None = None
-
-    def recorded(self, number: int) -> RecordedStep | None:
-        return self.steps.get(number)
-
-    def parked_wait(self, number: int) -> str | None:
-        if self.waiting is None or self.waiting[0] != number or number in self.steps:
-            return None
-        return self.waiting[1]
-
-    def boundary(self) -> None:
-        return None
-
-    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
-        self.steps[number] = RecordedStep(number, name, json.loads(output_json))
-
-    def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
-        self.steps[number] = RecordedStep(number, name, json.loads(output_json))
-        self.parked_until = wake_at
-
-    def repark(self, wake_at: datetime) -> None:
-        self.parked_until = wake_at
-
-    def now(self) -> datetime:
-        return self.clock()
-
-    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
-        output = json.loads(fn(self.connection))
-        self.steps[number] = RecordedStep(number, name, output)
-        return output
-
-    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
-        output: Any
-        if op == "recv":
-            waiting = self.messages.get(params["topic"])
-            if waiting:
-                output = {"payload": waiting.pop(0)}
-            elif params["timeout"] == 0:
-                output = {"payload": None, "timed_out": True}
-            else:
-                self.waiting = (number, name)
-                raise Parked(None, f"a message on {params['topic']!r}")
-        elif op == "set_event":
-            self.events[params["key"]] = json.loads(params["value"])
-            output = {"key": params["key"], "value": self.events[params["key"]]}
-        elif op == "start_children":
-            ids = []
-            for text in params["inputs"]:
-                child = str(UUID(int=len(self.children) + 1))
-                self.children[child] = {
-                    "type": params["type"],
-                    "input": json.loads(text),
-                    "status": "pending",
-                }
-                ids.append(child)
-            output = ids if params["many"] else ids[0]
-        elif op == "join":
-            found = [self.children.get(i, {"status": "missing"}) for i in params["ids"]]
-            unfinished = sum(1 for c in found if c["status"] not in (*FINISHED, "missing"))
-            if unfinished and params["timeout"] == 0:
-                output = {"timed_out": True, "unfinished": unfinished}
-            elif unfinished:
-                self.waiting = (number, name)
-                raise Parked(None, f"{unfinished} child workflow(s)")
-            else:
-                output = {
-                    "children": [
-                        {"id": i, "status": c["status"], "output": c.get("output"), "error": c.get("error")}
-                        for i, c in zip(params["ids"], found, strict=True)
-                    ]
-                }
-        else:
-            raise ValueError(f"unknown coordination step {op!r}")
-        self.steps[number] = RecordedStep(number, name, output)
-        return output

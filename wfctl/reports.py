@@ -24,9 +24,10 @@ from psycopg.types.json import set_json_loads
 
 from wfctl.durations import interval_text
 from wfctl.errors import InvalidInput, NotFound
+from wfctl.operations import WAIT_KINDS
 from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
-from wfctl.waits import WAIT_KINDS, by_status, is_waiting, waiting_for
+from wfctl.waits import by_status, is_waiting, waiting_for
 from wfctl.words import PENDING, RUNNING, STATUSES, check_status, parse_id
 
 Row = dict[str, Any]
@@ -410,8 +411,8 @@ def _waiting_family(counts: list[Row], parked: list[Row]) -> Family:
     return Family(
         "wfctl_workflows_waiting",
         "gauge",
-        "Workflows parked on a wait and not yet due, by type and what they wait for (kind: sleep, "
-        "message, children); wfctl_workflows counts them as pending.",
+        "Workflows parked on a wait and not yet due, by type and what they wait for (kind: "
+        f"{', '.join(WAIT_KINDS)}); wfctl_workflows counts them as pending.",
         tuple(
             Sample(by_key.get((kind, wait), 0), {"workflow_type": kind, "kind": wait})
             for kind in types

@@ -14,13 +14,13 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Final
 
+from wfctl.operations import WAITS, WaitKind
 from wfctl.words import STATUSES
 
-#: What ``wait_kind`` holds (the CHECK constraint of migration 0006).
-SLEEP: Final = "sleep"
-MESSAGE: Final = "message"
-CHILDREN: Final = "children"
-WAIT_KINDS = (SLEEP, MESSAGE, CHILDREN)
+#: What ``wait_kind`` holds (the kinds and what is said of each: wfctl/operations.py).
+SLEEP: Final = WaitKind.SLEEP
+MESSAGE: Final = WaitKind.MESSAGE
+CHILDREN: Final = WaitKind.CHILDREN
 
 #: ``wait_state``: parked and not yet due, or woken and waiting for a worker.
 WAITING: Final = "waiting"
@@ -36,24 +36,27 @@ WAIT_COLUMNS = (
     "wait_until",
     "wait_seconds_left",
 )
+#: The keys of ``waiting_for`` that some kind fills (Wait.details), from ``wait_<key>``.
+_DETAILS = ("topic", "remaining", "total")
 
 
 def waiting_for(row: dict[str, Any]) -> dict[str, Any] | None:
     """Replace the wait columns of ``row`` by ``row["waiting_for"]``: None when the workflow is
     not parked, else ``{kind, state, topic, remaining, total, until, seconds_left}`` (``until``
-    None: no timeout; ``topic`` for a message, ``remaining`` of ``total`` for children)."""
+    None: no timeout; the others as the kind's ``details`` say: ``topic`` for a message,
+    ``remaining`` of ``total`` for children)."""
     values = {name: row.pop(name, None) for name in WAIT_COLUMNS}
     if values["wait_state"] is None:
         found = None
     else:
-        kind, until = values["wait_kind"], values["wait_until"]
+        kind = values["wait_kind"]
+        wait = WAITS.get(kind)
+        details = wait.details if wait is not None else ()
         found = {
             "kind": kind,
             "state": values["wait_state"],
-            "topic": values["wait_topic"] if kind == MESSAGE else None,
-            "remaining": values["wait_remaining"] if kind == CHILDREN else None,
-            "total": values["wait_total"] if kind == CHILDREN else None,
-            "until": until,
+            **{key: values[f"wait_{key}"] if key in details else None for key in _DETAILS},
+            "until": values["wait_until"],
             "seconds_left": values["wait_seconds_left"],
         }
     row["waiting_for"] = found

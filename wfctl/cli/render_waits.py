@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from wfctl.cli import render
+from wfctl.operations import WAITS
 from wfctl.reports import WorkflowDetail
-from wfctl.waits import CHILDREN, MESSAGE, SLEEP, WAITING, is_waiting, unconsumed_elsewhere
+from wfctl.waits import MESSAGE, WAITING, is_waiting, unconsumed_elsewhere
 from wfctl.words import FINISHED
 
 #: How many children ``show`` lists (``--json`` gives them all).
@@ -26,18 +27,13 @@ def what(found: dict[str, Any], topics: Sequence[dict[str, Any]] = ()) -> str:
     """``a message on 'approval'``, ``3 of 1000 child workflows``, ``a sleep`` (with ``topics``,
     the messages waiting on other topics too)."""
     kind = found["kind"]
+    wait = WAITS.get(kind)
+    text = wait.shown(found) if wait is not None else str(kind)
     if kind == MESSAGE:
-        text = f"a message on {found['topic']!r}"
         others = unconsumed_elsewhere(topics, found["topic"])
         if others:
             text += f" ({_plural(others, 'unconsumed message')} on other topics)"
-        return text
-    if kind == CHILDREN:
-        total = found["total"] or 0
-        return f"{found['remaining']} of {_plural(total, 'child workflow')}"
-    if kind == SLEEP:
-        return "a sleep"
-    return str(kind)
+    return text
 
 
 def time_left(found: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row
 
+from wfctl.operations import WOKEN_BY_WRITE
 from wfctl.queries import q
 from wfctl.recovery import seconds_text
 from wfctl.worker.duties import Alarmed
@@ -35,7 +36,7 @@ class Outlook:
     later: int  # its types' workflows due after the horizon...
     later_first: datetime | None  # ...the first of them...
     later_last: datetime | None  # ...and the last
-    waiting: int  # its types' workflows parked on a message or on children (beyond the horizon)
+    waiting: int  # its types' workflows parked on a wait a write ends (a message, children)
     other_types: int  # pending workflows of types this worker does not run...
     other_type_count: int  # ...how many types those are...
     other_type_names: list[str] | None  # ...and the first five of them
@@ -44,7 +45,8 @@ class Outlook:
 
 def outlook(conn: psycopg.Connection[Any], types: list[str], horizon: float) -> Outlook:
     with conn.cursor(row_factory=class_row(Outlook)) as cur:
-        row = cur.execute(q("worker.burst_outlook"), {"types": types, "horizon": horizon}).fetchone()
+        params = {"types": types, "horizon": horizon, "woken_by_write": list(WOKEN_BY_WRITE)}
+        row = cur.execute(q("worker.burst_outlook"), params).fetchone()
     assert row is not None  # an aggregate: always one row
     return row
 

@@ -2,8 +2,9 @@
 
 Unlike a checkpoint, such a step must read before it writes (is there a message? have the
 children finished?), and the answer decides between checkpointing and parking. Each is one SQL
-function (migration 0006) that locks the workflow's row, checks the lease epoch and the run's
-deadline (migration 0016), and does the whole step in one transaction. A workflow thread
+function (migration 0006; its block of sql/queries/worker.sql is named in wfctl/operations.py)
+that locks the workflow's row, checks the lease epoch and the run's deadline (migration 0016),
+and does the whole step in one transaction. A workflow thread
 builds a ``Call`` and waits on it; the worker's database loop runs it on its connection,
 between group commits.
 """
@@ -17,23 +18,16 @@ from uuid import UUID
 
 import psycopg
 
+from wfctl.operations import OPERATIONS, Op, operation
 from wfctl.queries import q
 
 #: The coordination steps there are (op names).
-OPS = ("recv", "join", "start_children", "set_event")
+OPS = tuple(Op)
 
 
-def _run(conn: psycopg.Connection[Any], op: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
-    """Run ``op``'s statement (sql/queries/worker.sql) and return its row."""
-    if op == "recv":
-        return conn.execute(q("worker.recv"), params).fetchone()
-    if op == "join":
-        return conn.execute(q("worker.join"), params).fetchone()
-    if op == "start_children":
-        return conn.execute(q("worker.start_children"), params).fetchone()
-    if op == "set_event":
-        return conn.execute(q("worker.set_event"), params).fetchone()
-    raise ValueError(f"unknown coordination step {op!r}")
+def _run(conn: psycopg.Connection[Any], op: Op, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Run ``op``'s statement (its block of sql/queries/worker.sql) and return its row."""
+    return conn.execute(q(OPERATIONS[op].block), params).fetchone()
 
 
 class Call:
@@ -60,7 +54,7 @@ class Call:
 
     def __init__(
         self,
-        op: str,
+        op: Op | str,
         workflow_id: UUID,
         epoch: int,
         attempt: int,
@@ -69,9 +63,8 @@ class Call:
         started: datetime,
         params: dict[str, Any],
     ) -> None:
-        if op not in OPS:
-            raise ValueError(f"unknown coordination step {op!r}")
-        self.op, self.workflow_id, self.epoch, self.attempt = op, workflow_id, epoch, attempt
+        self.op = operation(op).op
+        self.workflow_id, self.epoch, self.attempt = workflow_id, epoch, attempt
         self.step, self.name, self.started, self.params = step, name, started, params
         self.state: str | None = None
         self.output: Any = None
@@ -104,8 +97,8 @@ def execute(conn: psycopg.Connection[Any], call: Call) -> None:
         "started": call.started,
         **call.params,
     }
-    if call.op == "join":
-        params["ids"] = [UUID(i) for i in call.params["ids"]]
+    for name in OPERATIONS[call.op].uuids:  # lists of workflow ids, sent as uuid[]
+        params[name] = [UUID(i) for i in call.params[name]]
     row = _run(conn, call.op, params)
     assert row is not None
     call.resolve(row[0], row[1])

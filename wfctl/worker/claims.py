@@ -13,7 +13,8 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from wfctl import storedjson
-from wfctl.context import WAIT_STEP, RecordedStep, recv_step_name
+from wfctl.context import RecordedStep
+from wfctl.operations import WAIT_STEP, recv_step_name
 from wfctl.queries import q, spliced
 
 

@@ -29,6 +29,7 @@ from wfctl.context import (
     StepFailed,
 )
 from wfctl.errors import PermanentError, WaitTimeout
+from wfctl.operations import Op, operation
 from wfctl.registry import WorkflowType
 from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request
@@ -192,13 +193,13 @@ class Execution:
             raise CannotDecode(f"the output of step {number} ({name!r}) cannot be decoded: {why}")
         return output
 
-    def coordinate(self, op: str, number: int, name: str, params: dict[str, Any]) -> Any:
+    def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run a coordination step in the database (wfctl/worker/calls.py) and wait for it."""
         self._settle()
         c = self.claimed
-        call = Call(op, c.id, c.epoch, c.attempt, number, name, self.now(), params)
-        may_park = op in ("recv", "join")
-        if may_park:  # the heartbeat must not take a parked run for a lost lease
+        described = operation(op)
+        call = Call(described.op, c.id, c.epoch, c.attempt, number, name, self.now(), params)
+        if described.parks is not None:  # the heartbeat must not take a parked run for a lost lease
             self.terminal = True
         self._send(call)
         call.wait()
@@ -210,7 +211,7 @@ class Execution:
             self._last_step = number
             why = storedjson.reason(call.output)
             if why is not None:
-                raise CannotDecode(f"{_what_came(op, number, name, params)} cannot be decoded: {why}")
+                raise CannotDecode(f"{described.what_came(number, name, params)} cannot be decoded: {why}")
             return call.output
         if call.state == "refused":  # the same call would be refused on every replay
             self.terminal = False
@@ -220,11 +221,7 @@ class Execution:
             raise DeadlinePassed(str(call.output))
         if call.state == "parked":
             deadline = (call.output or {}).get("deadline") if isinstance(call.output, dict) else None
-            what = (
-                f"a message on {params['topic']!r}"
-                if op == "recv"
-                else f"{len(params['ids'])} child workflow(s)"
-            )
+            what = described.parked_text(params)
             raise Parked(datetime.fromisoformat(deadline) if deadline else None, what)
         raise Lost()
 
@@ -472,15 +469,6 @@ class Execution:
             epoch=self.claimed.epoch,
             duration=_secs(began),
         )
-
-
-def _what_came(op: str, number: int, name: str, params: dict[str, Any]) -> str:
-    """What a coordination step's output holds, for an error that names it."""
-    if op == "recv":
-        return f"the message received on {params['topic']!r}"
-    if op == "join":
-        return "the output of a child workflow"
-    return f"the output of step {number} ({name!r})"
 
 
 def _first_line(error: BaseException) -> str:

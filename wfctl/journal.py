@@ -1,0 +1,102 @@
+"""What a ``Context`` needs from whoever runs it (a ``Journal``: the worker's ``Execution``, or
+``wfctl.testing.MemoryJournal``), the steps it reads back, and the control flow that stops a
+workflow function from the outside.
+
+Control flow that must not be caught by a workflow's ``except Exception`` (losing the lease,
+parking for a wait, being released at shutdown, a failed step) uses BaseException subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from wfctl.operations import WAITS, Op, WaitKind
+
+#: What ``Parked.waiting_for`` says of a sleep.
+SLEEPING = WAITS[WaitKind.SLEEP].logged({})
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    number: int
+    name: str
+    output: Any  # decoded JSON
+
+
+class Journal(Protocol):
+    """What a Context needs from whoever runs it."""
+
+    def recorded(self, number: int) -> RecordedStep | None:
+        """The completed step ``number`` from an earlier attempt, if any."""
+
+    def parked_wait(self, number: int) -> str | None:
+        """The step name of the wait (a recv, a wait for children) that the run parked in as
+        step ``number`` and has not got past, if any: no step is stored there yet, but the run
+        reached that point, and a replay must meet the same wait there."""
+
+    def boundary(self) -> None:
+        """Called before a new step starts; raises Released or Lost to stop the run here."""
+
+    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+        """Store step ``number``'s result durably. It may return before the commit: the next
+        ``boundary``, ``park`` or the run's end waits for it (and raises Lost if it failed)."""
+
+    def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        """Store the sleep step and make the workflow runnable again at ``wake_at``."""
+
+    def repark(self, wake_at: datetime) -> None:
+        """A replayed sleep whose wake time is still ahead: leave again until ``wake_at``
+        (the sleep step is stored already; nothing else is written)."""
+
+    def now(self) -> datetime:
+        """The current time, by the database's clock where there is one."""
+
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        """Run ``fn(conn)`` (it returns the step's output as JSON text) and checkpoint step
+        ``number`` in one database transaction; return the stored output (decoded JSON)."""
+
+    def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
+        """Run coordination step ``number`` (``op``: one of wfctl.operations.OPERATIONS) and
+        return the output it checkpointed (decoded JSON); raise Parked when the workflow must
+        wait (a message, children). The output and the step's effect commit together."""
+
+
+class ControlFlow(BaseException):
+    """Base of the exceptions that stop a workflow function from the outside."""
+
+
+class Lost(ControlFlow):
+    """The lease was lost: the workflow was recovered, cancelled or released elsewhere."""
+
+
+class Released(ControlFlow):
+    """The worker is shutting down: stop at this step boundary, another worker resumes."""
+
+
+class Parked(ControlFlow):
+    """The workflow waits (until ``wake_at``, or ``None``: until woken); its worker slot is free
+    meanwhile. ``waiting_for`` says for what: a sleep, a message, children."""
+
+    def __init__(self, wake_at: datetime | None, waiting_for: str = SLEEPING) -> None:
+        super().__init__(wake_at)
+        self.wake_at = wake_at
+        self.waiting_for = waiting_for
+
+
+class StepFailed(ControlFlow):
+    """A step raised: the attempt fails. The original exception is ``__cause__``."""
+
+    def __init__(self, number: int, name: str, error: BaseException, started_at: datetime) -> None:
+        super().__init__(f"step {number} ({name!r}) failed: {type(error).__name__}: {error}")
+        self.number = number
+        self.name = name
+        self.error = error
+        self.started_at = started_at
+
+
+class DeterminismError(ControlFlow):
+    """The code changed under a running workflow: step N's name differs from the stored one,
+    or from the wait the run parked in at step N."""

@@ -1,0 +1,123 @@
+"""What tests use to run a workflow function without a database: ``MemoryJournal``, a
+``Journal`` (wfctl/journal.py) kept in memory, which plays the coordination steps of
+wfctl/operations.py from dictionaries a test fills and reads.
+
+``wfctl.context.MemoryJournal`` names the same class.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from wfctl.journal import Parked, RecordedStep
+from wfctl.operations import OPERATIONS, WAITS, Op, WaitKind, operation
+from wfctl.words import FINISHED
+
+__all__ = ["MemoryJournal"]
+
+
+class MemoryJournal:
+    """A journal in memory, for testing workflow functions and replay rules without a database."""
+
+    def __init__(self, steps: dict[int, RecordedStep] | None = None) -> None:
+        self.steps: dict[int, RecordedStep] = dict(steps or {})
+        self.parked_until: datetime | None = None
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.messages: dict[str, list[Any]] = {}  # topic -> payloads not yet received
+        self.events: dict[str, Any] = {}
+        # child id -> {"type", "input", "status", "output", "error"}; set "status" (and
+        # "output" or "error") to finish a child, then run the workflow again
+        self.children: dict[str, dict[str, Any]] = {}
+        self.connection: Any = None  # what ctx.transaction's fn receives (a test may set one)
+        # the wait the run last parked in: (step number, step name), as the worker records it
+        self.waiting: tuple[int, str] | None = None
+
+    def recorded(self, number: int) -> RecordedStep | None:
+        return self.steps.get(number)
+
+    def parked_wait(self, number: int) -> str | None:
+        if self.waiting is None or self.waiting[0] != number or number in self.steps:
+            return None
+        return self.waiting[1]
+
+    def boundary(self) -> None:
+        return None
+
+    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+        self.steps[number] = RecordedStep(number, name, json.loads(output_json))
+
+    def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        self.steps[number] = RecordedStep(number, name, json.loads(output_json))
+        self.parked_until = wake_at
+
+    def repark(self, wake_at: datetime) -> None:
+        self.parked_until = wake_at
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        output = json.loads(fn(self.connection))
+        self.steps[number] = RecordedStep(number, name, output)
+        return output
+
+    def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
+        play = _PLAYS.get(operation(op).op)
+        if play is None:
+            raise ValueError(f"MemoryJournal cannot play coordination step {op!s}")
+        output = play(self, number, name, params)
+        self.steps[number] = RecordedStep(number, name, output)
+        return output
+
+    def _park(self, number: int, name: str, waiting_for: str) -> Parked:
+        self.waiting = (number, name)
+        return Parked(None, waiting_for)
+
+    def _recv(self, number: int, name: str, params: dict[str, Any]) -> Any:
+        waiting = self.messages.get(params["topic"])
+        if waiting:
+            return {"payload": waiting.pop(0)}
+        if params["timeout"] == 0:
+            return {"payload": None, "timed_out": True}
+        raise self._park(number, name, OPERATIONS[Op.RECV].parked_text(params))
+
+    def _set_event(self, number: int, name: str, params: dict[str, Any]) -> Any:
+        self.events[params["key"]] = json.loads(params["value"])
+        return {"key": params["key"], "value": self.events[params["key"]]}
+
+    def _start_children(self, number: int, name: str, params: dict[str, Any]) -> Any:
+        ids = []
+        for text in params["inputs"]:
+            child = str(UUID(int=len(self.children) + 1))
+            self.children[child] = {"type": params["type"], "input": json.loads(text), "status": "pending"}
+            ids.append(child)
+        return ids if params["many"] else ids[0]
+
+    def _join(self, number: int, name: str, params: dict[str, Any]) -> Any:
+        found = [self.children.get(i, {"status": "missing"}) for i in params["ids"]]
+        unfinished = sum(1 for c in found if c["status"] not in (*FINISHED, "missing"))
+        if unfinished and params["timeout"] == 0:
+            return {"timed_out": True, "unfinished": unfinished}
+        if unfinished:  # says how many of them have not finished (the worker: how many it waits for)
+            raise self._park(number, name, WAITS[WaitKind.CHILDREN].logged({"count": unfinished}))
+        return {
+            "children": [
+                {"id": i, "status": c["status"], "output": c.get("output"), "error": c.get("error")}
+                for i, c in zip(params["ids"], found, strict=True)
+            ]
+        }
+
+
+Play = Callable[[MemoryJournal, int, str, dict[str, Any]], Any]
+
+#: How MemoryJournal plays each coordination step (tests/test_operations.py: every one).
+_PLAYS: dict[Op, Play] = {
+    Op.RECV: MemoryJournal._recv,
+    Op.JOIN: MemoryJournal._join,
+    Op.START_CHILDREN: MemoryJournal._start_children,
+    Op.SET_EVENT: MemoryJournal._set_event,
+}

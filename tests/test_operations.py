@@ -20,7 +20,7 @@ def test_every_step_is_described_once_with_a_block_that_calls_a_step_function():
     assert list(OPERATIONS) == list(Op)
     for op, described in OPERATIONS.items():
         assert described.op is op
-        assert re.search(r"FROM wfctl_\w+_step\(", q(described.block)), described.block
+        assert re.search(r"FROM wfctl_\w+_step\(", q(OPERATIONS[op].block)), described.block
 
 
 def test_a_step_that_parks_says_in_which_wait_and_what_it_waits_for():

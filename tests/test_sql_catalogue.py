@@ -225,11 +225,14 @@ def _parametrized(
     return None
 
 
-def asked_for(files: Files) -> tuple[dict[str, list[str]], list[str]]:
-    """{block name: [where it is asked for]} over ``files``, and what could not be followed."""
+def asked_for(files: Files, described: frozenset[str] | None = None) -> tuple[dict[str, list[str]], list[str]]:
+    """{block name: [where it is asked for]} over ``files``, and what could not be followed.
+    ``described``: the blocks of the operation descriptions (by default, those in ``files``;
+    the tests read the package's)."""
     names: dict[str, list[str]] = {}
     unfollowable: list[str] = []
-    described = described_blocks(files)
+    if described is None:
+        described = described_blocks(files)
     for filename, source in files.items():
         module = _Module(source, filename, described)
         for call in module.calls():
@@ -258,7 +261,7 @@ def catalogue_problems(
     """Everything that keeps the catalogue from being closed."""
     blocks = set(blocks)
     used, problems = asked_for(package)
-    elsewhere, unfollowable = asked_for(others)
+    elsewhere, unfollowable = asked_for(others, described_blocks({**package, **others}))
     problems += unfollowable
     for name, where in sorted({**elsewhere, **used}.items()):
         if name not in blocks:

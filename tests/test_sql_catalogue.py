@@ -225,7 +225,9 @@ def _parametrized(
     return None
 
 
-def asked_for(files: Files, described: frozenset[str] | None = None) -> tuple[dict[str, list[str]], list[str]]:
+def asked_for(
+    files: Files, described: frozenset[str] | None = None
+) -> tuple[dict[str, list[str]], list[str]]:
     """{block name: [where it is asked for]} over ``files``, and what could not be followed.
     ``described``: the blocks of the operation descriptions (by default, those in ``files``;
     the tests read the package's)."""

@@ -267,7 +267,9 @@ PLANTED_PACKAGE = {
     ),
 }
 PLANTED_TESTS = {
-    "tests/conftest.py": 'def drop(conn, x):\n    conn.execute(composed("admin.create_database_from", name=x, template=x))\n'
+    "tests/conftest.py": (
+        'def copy(conn, x):\n    conn.execute(composed("admin.create_database_from", name=x, template=x))\n'
+    )
 }
 
 

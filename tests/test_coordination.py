@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import fakeclock
 import psycopg
 import pytest
 from helpers import rows, wait_for
@@ -249,10 +250,20 @@ def test_result_raises_for_failed_cancelled_unknown_and_timeout(dsn: str, worker
 
 
 def test_a_deadline_fails_a_parked_a_pending_and_a_running_run(dsn: str, workers) -> None:
+    fakeclock.stop(dsn)
     workers.start("--types", "inbox,slowsteps", app=APP)
     parked_run = wfctl.submit(dsn, "inbox", {"count": 1}, timeout="1s")
     pending_run = wfctl.submit(dsn, "leaf", {"n": 1}, timeout=0.5)  # no worker runs 'leaf'
     running_run = wfctl.submit(dsn, "slowsteps", {"steps": 20, "nap": 0.2}, timeout="1s")
+    wait_for(lambda: parked(dsn, parked_run, "message"), what="the inbox to park")
+    wait_for(
+        lambda: (
+            rows(dsn, "SELECT status, current_step > 0 FROM workflows WHERE id = %s", running_run)
+            == [("running", True)]
+        ),
+        what="the slow run to take its first step",
+    )
+    fakeclock.advance(dsn, timedelta(seconds=1))
     for wid, message in (
         (parked_run, "timed out after 1s"),
         (pending_run, "timed out after 0.5s"),
@@ -265,6 +276,7 @@ def test_a_deadline_fails_a_parked_a_pending_and_a_running_run(dsn: str, workers
 
 
 def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, workers) -> None:
+    fakeclock.stop(dsn)
     workers.gate.touch()
     first = workers.start(app=APP)
     workers.wait_ready()
@@ -273,18 +285,22 @@ def test_a_deadline_holds_when_the_worker_that_ran_the_run_is_gone(dsn: str, wor
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     workers.gate.unlink()
+    fakeclock.advance(dsn, timedelta(seconds=2))
     workers.start("--types", "leaf", app=APP)  # sweeps and expires; never runs 'held'
     with pytest.raises(wfctl.WorkflowFailed, match="timed out after 2s"):
         wfctl.result(dsn, wid, timeout=30)
 
 
 def test_a_running_run_past_its_deadline_fails_and_its_step_commits_nothing(dsn: str, workers) -> None:
+    fakeclock.stop(dsn)
     workers.gate.touch()
     worker = workers.start("--types", "timed_hold", app=APP)
     workers.wait_ready()
     wid = wfctl.submit(dsn, "timed_hold", None)  # the type's timeout: 2s
     wait_for(lambda: (str(wid), "hold") in workers.effects(), what="inside the step")
+    assert status(dsn, wid) == "running"
     # the step does not return while the gate is there: the run fails at its deadline all the same
+    fakeclock.advance(dsn, timedelta(seconds=2))
     wait_for(lambda: status(dsn, wid) == "failed", timeout=15, what="the run to fail at its deadline")
     assert rows(dsn, "SELECT error_message, output_data, current_step FROM workflows WHERE id = %s", wid) == [
         ("timed out after 2s", None, 0)

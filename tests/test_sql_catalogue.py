@@ -42,10 +42,6 @@ DESCRIPTION, DESCRIBED_FIELD = "Operation", "block"
 
 #: Blocks the package does not run, kept for the tests or the benchmark, and why.
 OUTSIDE_THE_PACKAGE = {
-    "admin.drop_database": (
-        "tests/conftest.py and tests/test_init.py drop the throwaway databases they create with "
-        "admin.create_database (which wfctl.embedded runs), without string-formatted DDL"
-    ),
     "admin.create_database_from": (
         "tests/conftest.py copies each test's database from a template migrated once per run"
     ),
@@ -290,7 +286,7 @@ def sources(*roots: Path) -> Files:
 
 # -- the checker on planted faults first --------------------------------------------------------
 
-PLANTED_BLOCKS = {"worker.claim", "reports.stuck", "reports.workers", "admin.drop_database"}
+PLANTED_BLOCKS = {"worker.claim", "reports.stuck", "reports.workers", "admin.create_database_from"}
 PLANTED_PACKAGE = {
     "wfctl/a.py": 'def f(conn):\n    conn.execute(q("worker.claim"))\n',
     "wfctl/b.py": (
@@ -299,7 +295,9 @@ PLANTED_PACKAGE = {
     ),
 }
 PLANTED_TESTS = {
-    "tests/conftest.py": 'def drop(conn, x):\n    conn.execute(composed("admin.drop_database", name=x))\n'
+    "tests/conftest.py": (
+        'def copy(conn, x):\n    conn.execute(composed("admin.create_database_from", name=x, template=x))\n'
+    )
 }
 
 
@@ -392,7 +390,7 @@ def test_the_checker_refuses_a_name_it_cannot_follow(planted):
 def test_the_checker_finds_a_stale_exception():
     problems = catalogue_problems(PLANTED_BLOCKS, PLANTED_PACKAGE, {})
     assert problems == [
-        "the block 'admin.drop_database' is listed as kept for the tests, which no longer use it"
+        "the block 'admin.create_database_from' is listed as kept for the tests, which no longer use it"
     ]
 
 

@@ -31,8 +31,8 @@ old AS MATERIALIZED (
 ),
 cancelled AS (
     UPDATE workflows w
-    SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = now(),
-        updated_at = now(), error_traceback = NULL,
+    SET status = 'cancelled', lease_epoch = w.lease_epoch + 1, finished_at = (SELECT wfctl_now()),
+        updated_at = (SELECT wfctl_now()), error_traceback = NULL,
         error_message = CASE WHEN old.depth = 0 THEN coalesce(%(reason)s, 'cancelled by an operator')
                              ELSE format('cancelled with its ancestor %%s', %(id)s::uuid) END
     FROM old
@@ -43,7 +43,7 @@ cancelled AS (
 ),
 closed AS (
     UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = 'cancelled', last_step = c.current_step, error = c.error_message
+    SET ended_at = (SELECT wfctl_now()), outcome = 'cancelled', last_step = c.current_step, error = c.error_message
     FROM cancelled c JOIN old ON old.id = c.id
     WHERE old.status = 'running' AND wa.workflow_id = c.id AND wa.lease_epoch = old.lease_epoch
       AND wa.ended_at IS NULL
@@ -103,8 +103,8 @@ left_off AS (
     ) AS l
 )
 UPDATE workflows w
-SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = now(),
-    updated_at = now(), finished_at = NULL, error_message = NULL, error_traceback = NULL,
+SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = (SELECT wfctl_now()),
+    updated_at = (SELECT wfctl_now()), finished_at = NULL, error_message = NULL, error_traceback = NULL,
     output_data = NULL, deadline_at = NULL, deadline_error = NULL, wait_kind = NULL,
     wait_step = NULL, wait_deadline = NULL, wait_remaining = NULL,
     wait_topic = CASE WHEN o.keeps_wait THEN w.wait_topic END,
@@ -122,12 +122,12 @@ SELECT pg_notify(wfctl_channel(), 'head');
 WITH doomed AS MATERIALIZED (
     SELECT w.id FROM workflows w
     WHERE w.status = ANY(%(statuses)s::text[])
-      AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+      AND coalesce(w.finished_at, w.updated_at) < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)
       AND NOT EXISTS (SELECT 1 FROM workflows p
                       WHERE p.id = w.parent_id
                         AND NOT (p.status = ANY(%(statuses)s::text[])
                                  AND coalesce(p.finished_at, p.updated_at)
-                                     < now() - make_interval(secs => %(older_than)s::float8)))
+                                     < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)))
 )
 SELECT (SELECT count(*) FROM doomed) AS workflows,
        (SELECT count(*) FROM workflow_steps s JOIN doomed d ON d.id = s.workflow_id) AS steps;
@@ -143,12 +143,12 @@ SELECT (SELECT count(*) FROM doomed) AS workflows,
 WITH doomed AS (
     SELECT w.id FROM workflows w
     WHERE w.status = ANY(%(statuses)s::text[])
-      AND coalesce(w.finished_at, w.updated_at) < now() - make_interval(secs => %(older_than)s::float8)
+      AND coalesce(w.finished_at, w.updated_at) < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)
       AND NOT EXISTS (SELECT 1 FROM workflows p
                       WHERE p.id = w.parent_id
                         AND NOT (p.status = ANY(%(statuses)s::text[])
                                  AND coalesce(p.finished_at, p.updated_at)
-                                     < now() - make_interval(secs => %(older_than)s::float8)))
+                                     < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)))
     LIMIT %(batch)s
     FOR UPDATE OF w SKIP LOCKED
 ),
@@ -174,9 +174,9 @@ SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM steps) AS
 -- not stopped is kept while it may be alive (silent for less than its own dead-after), however
 -- short the cutoff: the runs it claims next would look ownerless.
 DELETE FROM workers k
-WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
+WHERE coalesce(k.stopped_at, k.heartbeat_at) < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)
   AND (k.stopped_at IS NOT NULL
-       OR k.heartbeat_at < now() - make_interval(secs => k.dead_after_seconds))
+       OR k.heartbeat_at < (SELECT wfctl_now()) - make_interval(secs => k.dead_after_seconds))
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running')
 RETURNING k.id;
 
@@ -184,7 +184,7 @@ RETURNING k.id;
 -- What prune_workers would delete (`wfctl prune --dry-run`): the same condition.
 SELECT count(*) AS workers
 FROM workers k
-WHERE coalesce(k.stopped_at, k.heartbeat_at) < now() - make_interval(secs => %(older_than)s::float8)
+WHERE coalesce(k.stopped_at, k.heartbeat_at) < (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8)
   AND (k.stopped_at IS NOT NULL
-       OR k.heartbeat_at < now() - make_interval(secs => k.dead_after_seconds))
+       OR k.heartbeat_at < (SELECT wfctl_now()) - make_interval(secs => k.dead_after_seconds))
   AND NOT EXISTS (SELECT 1 FROM workflows w WHERE w.lease_owner = k.id AND w.status = 'running');

@@ -22,7 +22,7 @@ WITH d AS (
 declared AS (
     INSERT INTO workflow_limits AS l (workflow_type, code_concurrency, code_key_concurrency,
                                       code_rate_count, code_rate_seconds, code_updated_at)
-    SELECT d.workflow_type, d.concurrency, d.key_concurrency, d.rate_count, d.rate_seconds, now()
+    SELECT d.workflow_type, d.concurrency, d.key_concurrency, d.rate_count, d.rate_seconds, (SELECT wfctl_now())
     FROM d
     WHERE coalesce(d.concurrency, d.key_concurrency, d.rate_count) IS NOT NULL
     ON CONFLICT (workflow_type) DO UPDATE
@@ -30,7 +30,7 @@ declared AS (
         code_key_concurrency = excluded.code_key_concurrency,
         code_rate_count = excluded.code_rate_count,
         code_rate_seconds = excluded.code_rate_seconds,
-        code_updated_at = now(),
+        code_updated_at = (SELECT wfctl_now()),
         rate_tat = CASE WHEN (l.code_rate_count, l.code_rate_seconds)
                              IS DISTINCT FROM (excluded.code_rate_count, excluded.code_rate_seconds)
                         THEN NULL ELSE l.rate_tat END
@@ -42,7 +42,7 @@ declared AS (
 dropped AS (
     UPDATE workflow_limits l
     SET code_concurrency = NULL, code_key_concurrency = NULL, code_rate_count = NULL,
-        code_rate_seconds = NULL, code_updated_at = now(),
+        code_rate_seconds = NULL, code_updated_at = (SELECT wfctl_now()),
         rate_tat = CASE WHEN l.code_rate_count IS NOT NULL THEN NULL ELSE l.rate_tat END
     FROM d
     WHERE l.workflow_type = d.workflow_type
@@ -65,7 +65,7 @@ SELECT EXISTS (SELECT 1 FROM workers, unnest(workflow_types) AS t WHERE t = %(ty
 WITH changed AS (
     INSERT INTO workflow_limits AS l (workflow_type, concurrency, key_concurrency, rate_count,
                                       rate_seconds, updated_at)
-    VALUES (%(type)s, %(concurrency)s, %(key_concurrency)s, %(rate_count)s, %(rate_seconds)s, now())
+    VALUES (%(type)s, %(concurrency)s, %(key_concurrency)s, %(rate_count)s, %(rate_seconds)s, (SELECT wfctl_now()))
     ON CONFLICT (workflow_type) DO UPDATE
     SET concurrency = coalesce(excluded.concurrency, l.concurrency),
         key_concurrency = coalesce(excluded.key_concurrency, l.key_concurrency),
@@ -75,7 +75,7 @@ WITH changed AS (
                              OR (excluded.rate_count, excluded.rate_seconds)
                                 IS NOT DISTINCT FROM (l.rate_count, l.rate_seconds)
                         THEN l.rate_tat END,
-        updated_at = now()
+        updated_at = (SELECT wfctl_now())
     RETURNING l.workflow_type
 )
 SELECT pg_notify(wfctl_channel(), 'head') FROM changed;
@@ -86,7 +86,7 @@ SELECT pg_notify(wfctl_channel(), 'head') FROM changed;
 WITH cleared AS (
     UPDATE workflow_limits
     SET concurrency = NULL, key_concurrency = NULL, rate_count = NULL, rate_seconds = NULL,
-        rate_tat = CASE WHEN rate_count IS NULL THEN rate_tat END, updated_at = now()
+        rate_tat = CASE WHEN rate_count IS NULL THEN rate_tat END, updated_at = (SELECT wfctl_now())
     WHERE workflow_type = %(type)s
       AND coalesce(concurrency, key_concurrency, rate_count) IS NOT NULL
     RETURNING workflow_type
@@ -102,7 +102,7 @@ SELECT l.workflow_type,
        (SELECT count(*) FROM workflows w
         WHERE w.workflow_type = l.workflow_type AND w.status = 'running') AS running,
        (SELECT count(*) FROM workflows w
-        WHERE w.workflow_type = l.workflow_type AND w.status = 'pending' AND w.run_at <= now()) AS runnable,
+        WHERE w.workflow_type = l.workflow_type AND w.status = 'pending' AND w.run_at <= (SELECT wfctl_now())) AS runnable,
        (SELECT count(DISTINCT w.concurrency_key) FROM workflows w
         WHERE w.workflow_type = l.workflow_type AND w.status = 'running'
           AND w.concurrency_key IS NOT NULL) AS running_keys,

@@ -22,7 +22,7 @@ SELECT created, moved, busy, wfctl_layout() = 'partitioned' AS partitioned
 FROM wfctl_ensure_partitions();
 
 -- name: cutoff
-SELECT now() - make_interval(secs => %(older_than)s::float8) AS cutoff;
+SELECT (SELECT wfctl_now()) - make_interval(secs => %(older_than)s::float8) AS cutoff;
 
 -- name: droppable
 -- prune's candidates: the intervals (from the workflows partitions) that end before the cutoff,

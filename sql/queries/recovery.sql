@@ -41,8 +41,8 @@ stale AS MATERIALIZED (
     WHERE (SELECT ours FROM turn)
       AND w.status = 'running'
       AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-           OR (k.heartbeat_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
-               AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
+           OR (k.heartbeat_at < (SELECT wfctl_now()) - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
+               AND w.updated_at < (SELECT wfctl_now()) - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
     ORDER BY w.updated_at
     FOR UPDATE OF w SKIP LOCKED
 ),
@@ -54,10 +54,10 @@ requeued AS (
                        ELSE w.attempt + 1 END,
         lease_epoch = w.lease_epoch + 1,
         ahead_seq = NULL,
-        run_at = now(),
-        updated_at = now(),
+        run_at = (SELECT wfctl_now()),
+        updated_at = (SELECT wfctl_now()),
         finished_at = CASE WHEN NOT stale.claimed_ahead AND w.attempt > coalesce(w.max_retries, 3)
-                           THEN now() END,
+                           THEN (SELECT wfctl_now()) END,
         error_message = CASE
             WHEN NOT stale.claimed_ahead AND w.attempt > coalesce(w.max_retries, 3) THEN
                 format('abandoned: worker %%s stopped heartbeating during attempt %%s of %%s '
@@ -77,7 +77,7 @@ closed AS (
     -- the abandoned execution's row in the attempt history (the epoch before the new one);
     -- one claimed ahead and never started was handed back
     UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = CASE WHEN r.claimed_ahead THEN 'released' ELSE 'abandoned' END,
+    SET ended_at = (SELECT wfctl_now()), outcome = CASE WHEN r.claimed_ahead THEN 'released' ELSE 'abandoned' END,
         last_step = r.current_step,
         error = CASE WHEN r.claimed_ahead THEN NULL
                      WHEN r.owner_heartbeat IS NULL THEN 'worker unknown'
@@ -104,8 +104,8 @@ FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 WHERE w.status = 'running'
   AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-           OR (k.heartbeat_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
-               AND w.updated_at < now() - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
+           OR (k.heartbeat_at < (SELECT wfctl_now()) - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))
+               AND w.updated_at < (SELECT wfctl_now()) - make_interval(secs => coalesce(%(stale)s::float8, k.dead_after_seconds))))
 ORDER BY w.updated_at;
 
 -- name: notify
@@ -118,7 +118,7 @@ SELECT pg_notify(wfctl_channel(), 'head');
 SELECT k.id, k.heartbeat_seconds, k.dead_after_seconds
 FROM workers k
 WHERE k.stopped_at IS NULL
-  AND k.heartbeat_at >= now() - make_interval(secs => k.dead_after_seconds)
+  AND k.heartbeat_at >= (SELECT wfctl_now()) - make_interval(secs => k.dead_after_seconds)
 ORDER BY k.dead_after_seconds DESC, k.id
 LIMIT 1;
 
@@ -132,14 +132,14 @@ LIMIT 1;
 WITH due AS MATERIALIZED (
     SELECT id
     FROM workflows
-    WHERE status IN ('pending', 'running') AND deadline_at IS NOT NULL AND deadline_at <= now()
+    WHERE status IN ('pending', 'running') AND deadline_at IS NOT NULL AND deadline_at <= (SELECT wfctl_now())
     ORDER BY deadline_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
 expired AS (
     UPDATE workflows w
-    SET status = 'failed', finished_at = now(), updated_at = now(),
+    SET status = 'failed', finished_at = (SELECT wfctl_now()), updated_at = (SELECT wfctl_now()),
         error_message = coalesce(w.deadline_error, 'timed out'), error_traceback = NULL,
         wait_kind = NULL, lease_epoch = w.lease_epoch + 1
     FROM due
@@ -150,7 +150,7 @@ closed AS (
     -- a running execution's row (a pending run's was closed when it parked, backed off or
     -- was handed back)
     UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = 'error', last_step = e.current_step, error = e.error_message
+    SET ended_at = (SELECT wfctl_now()), outcome = 'error', last_step = e.current_step, error = e.error_message
     FROM expired e
     WHERE wa.workflow_id = e.id AND wa.lease_epoch = e.lease_epoch - 1 AND wa.ended_at IS NULL
 )
@@ -163,5 +163,5 @@ SELECT id, workflow_type, coalesce(deadline_error, 'timed out') AS error_message
 FROM workflows
 WHERE status IN ('pending', 'running')
   AND NOT (id = ANY (%(failing)s::uuid[]))
-  AND deadline_at IS NOT NULL AND deadline_at <= now()
+  AND deadline_at IS NOT NULL AND deadline_at <= (SELECT wfctl_now())
 ORDER BY deadline_at, id;

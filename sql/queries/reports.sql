@@ -1,6 +1,6 @@
 -- Read-only reports (wfctl/reports.py): stats, list, show, workers, metrics.
 --
--- Every window is "created_at > now() - %(since)s", served by workflows_created_idx. The
+-- Every window is "created_at > wfctl_now() - %(since)s", served by workflows_created_idx. The
 -- per-step numbers also bound workflow_steps.started_at, served by workflow_steps_started_idx
 -- (migration 0001), and hash-join the two ranges instead of probing the steps of each workflow
 -- at random places (ids are random UUIDs). A step starts after its workflow was created, but
@@ -29,7 +29,7 @@
 -- Waiting (migration 0006): a workflow parked on a wait (ctx.recv, ctx.wait, ctx.sleep) is
 -- 'pending' with wait_kind set and run_at at its wake-up time (the year 9999 without one). It
 -- is waiting while that run_at is ahead ("status = 'pending' AND wait_kind IS NOT NULL AND
--- run_at > now()"): no worker can take it, so stats counts it apart from the pending backlog,
+-- run_at > wfctl_now()"): no worker can take it, so stats counts it apart from the pending backlog,
 -- and it is never stuck (stuck runs are 'running'). Once woken (a message came, the last child
 -- finished, the sleep or the wait's timeout is over) run_at has come: it is runnable, backlog
 -- like any pending run, until a worker claims it (the claim clears wait_kind).
@@ -42,7 +42,7 @@
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: as_of
-SELECT now() AS as_of;
+SELECT (SELECT wfctl_now()) AS as_of;
 
 -- name: success_rate
 -- Outcome per workflow type of the workflows created in the window. success_pct keeps the
@@ -64,14 +64,14 @@ SELECT workflow_type,
        round(percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p95_seconds
 FROM (
     SELECT w.workflow_type, w.status,
-           w.status = 'pending' AND w.wait_kind IS NOT NULL AND w.run_at > now() AS waiting,
+           w.status = 'pending' AND w.wait_kind IS NOT NULL AND w.run_at > (SELECT wfctl_now()) AS waiting,
            CASE WHEN w.started_at IS NOT NULL AND w.finished_at IS NOT NULL
                 THEN sum(date_part('epoch', s.completed_at - s.started_at)) END AS run_seconds
     FROM workflows w
     LEFT JOIN workflow_steps s
            ON s.workflow_id = w.id
-          AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
-    WHERE w.created_at > now() - %(since)s::interval
+          AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
     -- the primary key: (id) in the unpartitioned layout, (id, created_at) in the partitioned
     -- one (migration 0010), so the columns above depend on it in both
@@ -98,15 +98,15 @@ SELECT w.id,
        END AS owner_state,
        k.heartbeat_at,
        w.updated_at,
-       round(extract(epoch FROM now() - coalesce(k.heartbeat_at, w.updated_at))::numeric, 1)
+       round(extract(epoch FROM (SELECT wfctl_now()) - coalesce(k.heartbeat_at, w.updated_at))::numeric, 1)
            AS age_seconds
 FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 LEFT JOIN workflow_steps s ON s.workflow_id = w.id AND s.step_number = w.current_step
 WHERE w.status = 'running'
   AND (k.id IS NULL OR k.stopped_at IS NOT NULL
-       OR (k.heartbeat_at < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
-           AND w.updated_at < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))))
+       OR (k.heartbeat_at < (SELECT wfctl_now()) - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+           AND w.updated_at < (SELECT wfctl_now()) - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))))
   AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
 ORDER BY age_seconds DESC NULLS FIRST, w.id;
 
@@ -126,10 +126,10 @@ FROM (
            date_part('epoch', s.completed_at - s.started_at) AS step_seconds
     FROM workflows w
     JOIN workflow_steps s ON s.workflow_id = w.id
-    WHERE w.created_at > now() - %(since)s::interval
+    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
       -- what lets workflow_steps_started_idx serve the steps side of the join: a step starts
       -- after its workflow was created, less the slack for a worker's clock
-      AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+      AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
@@ -159,8 +159,8 @@ FROM (
            date_part('epoch', s.completed_at - s.started_at) AS step_seconds
     FROM workflows w
     JOIN workflow_steps s ON s.workflow_id = w.id
-    WHERE w.created_at > now() - %(since)s::interval
-      AND s.started_at > now() - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
+      AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
 ) AS windowed
@@ -187,19 +187,19 @@ SELECT id,
        lease_owner,
        error_message,
        CASE WHEN status = 'pending' AND wait_kind IS NOT NULL
-            THEN CASE WHEN run_at > now() THEN 'waiting' ELSE 'woken' END END AS wait_state,
+            THEN CASE WHEN run_at > (SELECT wfctl_now()) THEN 'waiting' ELSE 'woken' END END AS wait_state,
        wait_kind,
        wait_topic,
        wait_remaining,
        cardinality(wait_ids) AS wait_total,
        CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END AS wait_until,
        round(extract(epoch FROM CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END
-                                - now())::numeric, 3) AS wait_seconds_left
+                                - (SELECT wfctl_now()))::numeric, 3) AS wait_seconds_left
 FROM workflows w
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
-  AND (%(since)s::interval IS NULL OR created_at > now() - %(since)s::interval)
-  AND (NOT %(waiting)s::bool OR (wait_kind IS NOT NULL AND run_at > now()))
+  AND (%(since)s::interval IS NULL OR created_at > (SELECT wfctl_now()) - %(since)s::interval)
+  AND (NOT %(waiting)s::bool OR (wait_kind IS NOT NULL AND run_at > (SELECT wfctl_now())))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
@@ -223,7 +223,7 @@ SELECT id,
        (SELECT round(sum(date_part('epoch', s.completed_at - s.started_at))::numeric, 3)
           FROM workflow_steps s
          WHERE s.workflow_id = w.id) AS duration_seconds,
-       round(extract(epoch FROM coalesce(finished_at, now()) - started_at)::numeric, 3)
+       round(extract(epoch FROM coalesce(finished_at, (SELECT wfctl_now())) - started_at)::numeric, 3)
            AS elapsed_seconds,
        input_data,
        output_data,
@@ -232,16 +232,16 @@ SELECT id,
        parent_id,
        deadline_at,
        deadline_error,
-       round(extract(epoch FROM deadline_at - now())::numeric, 3) AS deadline_seconds_left,
+       round(extract(epoch FROM deadline_at - (SELECT wfctl_now()))::numeric, 3) AS deadline_seconds_left,
        CASE WHEN status = 'pending' AND wait_kind IS NOT NULL
-            THEN CASE WHEN run_at > now() THEN 'waiting' ELSE 'woken' END END AS wait_state,
+            THEN CASE WHEN run_at > (SELECT wfctl_now()) THEN 'waiting' ELSE 'woken' END END AS wait_state,
        wait_kind,
        wait_topic,
        wait_remaining,
        cardinality(wait_ids) AS wait_total,
        CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END AS wait_until,
        round(extract(epoch FROM CASE WHEN wait_kind = 'sleep' THEN run_at ELSE wait_deadline END
-                                - now())::numeric, 3) AS wait_seconds_left
+                                - (SELECT wfctl_now()))::numeric, 3) AS wait_seconds_left
 FROM workflows w
 WHERE id = %(id)s;
 
@@ -288,7 +288,7 @@ SELECT a.attempt,
        a.worker_id,
        a.started_at,
        a.ended_at,
-       round(extract(epoch FROM coalesce(a.ended_at, now()) - a.started_at)::numeric, 3)
+       round(extract(epoch FROM coalesce(a.ended_at, (SELECT wfctl_now())) - a.started_at)::numeric, 3)
            AS duration_seconds,
        coalesce(a.outcome,
                 CASE WHEN w.status = 'running' AND w.lease_epoch = a.lease_epoch THEN 'running'
@@ -331,15 +331,15 @@ FROM (
            CASE
                WHEN k.stopped_at IS NOT NULL THEN 'stopped'
                WHEN k.heartbeat_at
-                    < now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+                    < (SELECT wfctl_now()) - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
                    THEN 'dead'
                ELSE 'live'
            END AS state,
            k.stopped_at IS NULL
                AND k.heartbeat_at
-                   >= now() - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
+                   >= (SELECT wfctl_now()) - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))
                AS alive,
-           round(extract(epoch FROM now() - k.heartbeat_at)::numeric, 1) AS heartbeat_age_seconds,
+           round(extract(epoch FROM (SELECT wfctl_now()) - k.heartbeat_at)::numeric, 1) AS heartbeat_age_seconds,
            k.heartbeat_seconds,
            k.dead_after_seconds,
            (SELECT count(*) FROM workflows w
@@ -360,7 +360,7 @@ ORDER BY alive DESC, heartbeat_at DESC, id;
 SELECT DISTINCT t AS workflow_type
 FROM workers k, unnest(k.workflow_types) AS t
 WHERE k.stopped_at IS NULL
-  AND k.heartbeat_at >= now() - make_interval(secs => k.dead_after_seconds)
+  AND k.heartbeat_at >= (SELECT wfctl_now()) - make_interval(secs => k.dead_after_seconds)
 ORDER BY 1;
 
 -- name: workflow_counts
@@ -399,9 +399,9 @@ ORDER BY 1, l.status;
 -- How long the oldest runnable pending workflow has waited since it became runnable
 -- (0 when none waits), served by the partial index workflows_runnable_idx.
 SELECT count(*) AS runnable,
-       coalesce(round(extract(epoch FROM now() - min(run_at))::numeric, 3), 0) AS oldest_pending_age_seconds
+       coalesce(round(extract(epoch FROM (SELECT wfctl_now()) - min(run_at))::numeric, 3), 0) AS oldest_pending_age_seconds
 FROM workflows
-WHERE status = 'pending' AND run_at <= now();
+WHERE status = 'pending' AND run_at <= (SELECT wfctl_now());
 
 -- name: waiting_counts
 -- The waiting workflows (see the top) by type (as its label value) and what they wait for; a
@@ -413,7 +413,7 @@ FROM (
     SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS label, wait_kind,
            count(*) AS workflows
     FROM workflows
-    WHERE status = 'pending' AND wait_kind IS NOT NULL AND run_at > now()
+    WHERE status = 'pending' AND wait_kind IS NOT NULL AND run_at > (SELECT wfctl_now())
     GROUP BY workflow_type, wait_kind
 ) AS parked
 GROUP BY 1, wait_kind

@@ -4,7 +4,7 @@
 
 -- name: clock
 -- The database's time: every tick is computed from it, never from a machine's clock.
-SELECT now() AS now;
+SELECT (SELECT wfctl_now()) AS now;
 
 -- name: lock
 -- One schedule, locked until the end of the transaction (an edit, a resume, a declaration).
@@ -24,18 +24,18 @@ VALUES (%(name)s, %(workflow_type)s, %(cron)s, %(timezone)s, %(input)s::jsonb, %
 ON CONFLICT (name) DO UPDATE
 SET workflow_type = excluded.workflow_type, cron = excluded.cron, timezone = excluded.timezone,
     input = excluded.input, backfill = excluded.backfill, next_tick_at = excluded.next_tick_at,
-    updated_at = now()
+    updated_at = (SELECT wfctl_now())
 WHERE s.source = 'cli'
 RETURNING s.name, s.workflow_type, s.cron, s.timezone, s.input, s.paused, s.backfill, s.source,
           s.next_tick_at, s.last_tick_at, s.last_run_id, s.created_at, s.updated_at;
 
 -- name: pause
-UPDATE workflow_schedules SET paused = true, updated_at = now()
+UPDATE workflow_schedules SET paused = true, updated_at = (SELECT wfctl_now())
 WHERE name = %(name)s AND NOT paused;
 
 -- name: resume
 -- The next tick comes from now: resuming fires nothing that fell while it was paused.
-UPDATE workflow_schedules SET paused = false, next_tick_at = %(next_tick_at)s, updated_at = now()
+UPDATE workflow_schedules SET paused = false, next_tick_at = %(next_tick_at)s, updated_at = (SELECT wfctl_now())
 WHERE name = %(name)s AND paused;
 
 -- name: delete
@@ -57,9 +57,9 @@ ORDER BY name;
 -- name: due
 -- The schedules with a tick due, oldest first, locked: a firer running at the same time skips
 -- them (and finds them no longer due once this transaction commits).
-SELECT name, workflow_type, cron, timezone, backfill, next_tick_at, now() AS now
+SELECT name, workflow_type, cron, timezone, backfill, next_tick_at, (SELECT wfctl_now()) AS now
 FROM workflow_schedules
-WHERE NOT paused AND next_tick_at <= now()
+WHERE NOT paused AND next_tick_at <= (SELECT wfctl_now())
 ORDER BY next_tick_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -104,7 +104,7 @@ ON CONFLICT (name) DO NOTHING;
 -- The code's cron or zone changed: the new definition, its next tick from now (an operator's
 -- pause is kept).
 UPDATE workflow_schedules
-SET cron = %(cron)s, timezone = %(timezone)s, next_tick_at = %(next_tick_at)s, updated_at = now()
+SET cron = %(cron)s, timezone = %(timezone)s, next_tick_at = %(next_tick_at)s, updated_at = (SELECT wfctl_now())
 WHERE name = %(name)s AND source = 'code';
 
 -- name: undeclare

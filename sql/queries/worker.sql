@@ -125,8 +125,8 @@ claimed AS (
         ahead_seq = %(ahead_from)s::bigint - 1
                     + array_position(ARRAY(SELECT p2.id FROM picked p2 WHERE p2.ord > %(room)s
                                            ORDER BY p2.ord), w.id),
-        started_at = coalesce(w.started_at, now()),
-        updated_at = now()
+        started_at = coalesce(w.started_at, (SELECT wfctl_now())),
+        updated_at = (SELECT wfctl_now())
     FROM unnest(%(types)s::text[], %(retries)s::int[], %(timeouts)s::float8[],
                 %(timeout_errors)s::text[]) AS p(workflow_type, max_retries, timeout, timeout_error)
     WHERE w.id = ANY (ARRAY(SELECT id FROM picked))
@@ -140,7 +140,7 @@ claimed AS (
                   FROM workflow_steps s
                   WHERE s.workflow_id = w.id AND s.status = 'completed'
               ) END AS journal,
-              now() AS db_now, w.created_at,
+              (SELECT wfctl_now()) AS db_now, w.created_at,
               -- the frontier's key: where in the runnable index this run was
               w.priority, w.run_at, w.id IN (SELECT id FROM picked WHERE picked.in_order) AS in_order,
               -- the partition holding the run (the table itself when unpartitioned): in the
@@ -175,7 +175,7 @@ charged AS (
     -- key's turn comes first in the next claim (no run claimed before it: the cursor stays)
     UPDATE workflow_limits l
     SET rate_tat = CASE WHEN u.runs > 0 AND coalesce(l.rate_count, l.code_rate_count) IS NOT NULL
-                        THEN greatest(coalesce(l.rate_tat, now()), now())
+                        THEN greatest(coalesce(l.rate_tat, (SELECT wfctl_now())), (SELECT wfctl_now()))
                              + make_interval(secs => u.runs * CASE WHEN l.rate_count IS NOT NULL
                                                                    THEN l.rate_seconds / l.rate_count
                                                                    ELSE l.code_rate_seconds / l.code_rate_count END)
@@ -254,7 +254,7 @@ AND w.created_at >= (SELECT CASE WHEN bool_and(created_at IS NOT NULL) THEN min(
 -- %(started_seq)s (NULL: none): the runs claimed ahead that take the threads this batch frees
 -- start when it commits: the worker's started_seq goes up to theirs (migration 0019).
 -- The run's deadline fences every write as the epoch does (migration 0016): past deadline_at
--- (by the statement's now()) a row matches only if it is a timeout (the run fails with its
+-- (by the statement's wfctl_now()) a row matches only if it is a timeout (the run fails with its
 -- deadline error, which the worker sends), and a timeout matches only past it.
 -- Re-sending a batch whose commit was not acknowledged is harmless and reports the same: a
 -- step row written by the same epoch is written again, and a write that leaves the required
@@ -286,11 +286,11 @@ w AS (
         error_message = CASE WHEN r.do_error THEN r.set_error ELSE wf.error_message END,
         error_traceback = CASE WHEN r.do_error THEN r.set_traceback ELSE wf.error_traceback END,
         attempt = wf.attempt + r.attempt_inc,
-        run_at = CASE WHEN r.run_delay IS NOT NULL THEN now() + make_interval(secs => r.run_delay)
+        run_at = CASE WHEN r.run_delay IS NOT NULL THEN (SELECT wfctl_now()) + make_interval(secs => r.run_delay)
                       ELSE coalesce(r.run_at, wf.run_at) END,
-        finished_at = CASE WHEN r.finish THEN now() ELSE wf.finished_at END,
+        finished_at = CASE WHEN r.finish THEN (SELECT wfctl_now()) ELSE wf.finished_at END,
         wait_kind = CASE WHEN r.outcome = 'parked' THEN 'sleep' ELSE wf.wait_kind END,
-        updated_at = now()
+        updated_at = (SELECT wfctl_now())
     FROM r
     WHERE wf.id = r.id
       AND wf.lease_epoch = r.epoch
@@ -298,14 +298,14 @@ w AS (
       -- status index, even when the table's statistics are stale
       AND wf.status = r.require_status
       AND (r.expect IS NULL OR wf.current_step = r.expect)
-      AND CASE WHEN r.timeout THEN wf.deadline_at <= now()
-               ELSE wf.deadline_at IS NULL OR wf.deadline_at > now() END
+      AND CASE WHEN r.timeout THEN wf.deadline_at <= (SELECT wfctl_now())
+               ELSE wf.deadline_at IS NULL OR wf.deadline_at > (SELECT wfctl_now()) END
     RETURNING wf.id, wf.lease_epoch, wf.current_step, wf.created_at
 ),
 a AS (
     -- the execution ends (outcome set): close its row in the attempt history
     UPDATE {workflow_attempts} wa
-    SET ended_at = now(), outcome = r.outcome, last_step = w.current_step,
+    SET ended_at = (SELECT wfctl_now()), outcome = r.outcome, last_step = w.current_step,
         error = r.set_error, traceback = r.set_traceback
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
@@ -318,7 +318,7 @@ s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
                                       started_at, completed_at, error_message, attempt, lease_epoch,
                                       workflow_created_at)
-    SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, now(), r.step_error,
+    SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, (SELECT wfctl_now()), r.step_error,
            r.attempt, r.epoch, w.created_at
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
@@ -387,12 +387,12 @@ WITH beat AS (
             %(interval)s, %(dead_after)s,
             CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END)
     ON CONFLICT (id) DO UPDATE
-    SET heartbeat_at = now(), stopped_at = NULL, wake_channel = excluded.wake_channel,
+    SET heartbeat_at = (SELECT wfctl_now()), stopped_at = NULL, wake_channel = excluded.wake_channel,
         idle = workers.idle AND excluded.wake_channel IS NOT NULL
     RETURNING id
 )
 UPDATE workflows
-SET updated_at = now()
+SET updated_at = (SELECT wfctl_now())
 WHERE lease_owner = %(id)s AND status = 'running'
 RETURNING id, lease_epoch;
 
@@ -403,7 +403,7 @@ RETURNING id, lease_epoch;
 -- ran here. Their attempt-history rows end 'released'.
 WITH released AS (
     UPDATE workflows w
-    SET status = 'pending', run_at = now(), updated_at = now(), ahead_seq = NULL
+    SET status = 'pending', run_at = (SELECT wfctl_now()), updated_at = (SELECT wfctl_now()), ahead_seq = NULL
     FROM unnest(%(ids)s::uuid[], %(epochs)s::bigint[]) AS r(id, epoch)
     WHERE w.id = r.id AND w.lease_epoch = r.epoch
       AND w.lease_owner = %(id)s AND w.status = 'running'
@@ -411,7 +411,7 @@ WITH released AS (
 ),
 closed AS (
     UPDATE workflow_attempts wa
-    SET ended_at = now(), outcome = 'released', last_step = released.current_step
+    SET ended_at = (SELECT wfctl_now()), outcome = 'released', last_step = released.current_step
     FROM released
     WHERE wa.workflow_id = released.id AND wa.lease_epoch = released.lease_epoch
       AND wa.ended_at IS NULL
@@ -426,7 +426,7 @@ SELECT id FROM released;
 UPDATE workers SET started_seq = greatest(started_seq, %(seq)s::bigint) WHERE id = %(id)s;
 
 -- name: stopped
-UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
+UPDATE workers SET stopped_at = (SELECT wfctl_now()), heartbeat_at = (SELECT wfctl_now()) WHERE id = %(id)s;
 
 -- name: burst_outlook
 -- A --burst worker with nothing runnable: is work of its types due within the horizon
@@ -434,7 +434,7 @@ UPDATE workers SET stopped_at = now(), heartbeat_at = now() WHERE id = %(id)s;
 -- it (next_due_in seconds); otherwise it exits and says what it leaves behind: the pending
 -- workflows of its types due later, those parked on a message or on children (they run when
 -- woken), those of its types paused (concurrency 0), and those of types it does not run.
-SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_end) - now())::float8
+SELECT extract(epoch FROM min(run_at) FILTER (WHERE mine AND run_at <= horizon_end) - (SELECT wfctl_now()))::float8
            AS next_due_in,
        count(*) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later,
        min(run_at) FILTER (WHERE mine AND run_at > horizon_end AND NOT waiting) AS later_first,
@@ -449,7 +449,7 @@ FROM (
            w.workflow_type = ANY(%(types)s::text[]) AND p.workflow_type IS NULL AS mine,
            w.workflow_type = ANY(%(types)s::text[]) AND p.workflow_type IS NOT NULL AS paused,
            coalesce(w.wait_kind IN ('message', 'children'), false) AS waiting,
-           now() + make_interval(secs => %(horizon)s::float8) AS horizon_end
+           (SELECT wfctl_now()) + make_interval(secs => %(horizon)s::float8) AS horizon_end
     FROM workflows w
     -- a type paused with `wfctl limit TYPE --concurrency 0` runs nothing: not waited for
     LEFT JOIN workflow_limits p

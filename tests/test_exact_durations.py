@@ -3,8 +3,8 @@
 psycopg sends a timedelta of 24 hours as the interval ``1 day``, and ``now() - interval '1 day'``
 in a session whose time zone has daylight-saving time is 23 hours back on the day the clocks
 spring forward and 25 hours back on the day they fall back. These tests run wfctl against a
-database whose ``now()`` is pinned to such a day (a ``now()`` in a schema ahead of pg_catalog
-on the search_path) in the time zone Europe/Berlin, with rows 23.5 and 24.5 hours old, and
+database whose clock (``wfctl_now()``, stopped with the schema's fake clock) is on such a day, in
+the time zone Europe/Berlin, with rows 23.5 and 24.5 hours old, and
 check that every ``24h`` means 86,400 seconds: windows (stats, list), thresholds (recover,
 stats, workers, prune) and delays (submit).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import fakeclock
 import psycopg
 import pytest
 from helpers import with_db
@@ -32,21 +33,13 @@ WORKER_IN, WORKER_OUT = "host:1:inside", "host:2:outside"
 
 
 def warped(dsn: str, now: datetime) -> str:
-    """``dsn`` in the time zone Europe/Berlin, with now() pinned to ``now``."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA IF NOT EXISTS timewarp")
-        conn.execute(
-            "CREATE OR REPLACE FUNCTION timewarp.now() RETURNS timestamptz LANGUAGE sql STABLE"
-            " AS $$ SELECT current_setting('timewarp.now')::timestamptz $$"
-        )
+    """``dsn`` in the time zone Europe/Berlin, with the database's clock (``wfctl_now()``, the
+    schema's fake clock) stopped at ``now``."""
+    fakeclock.stop(dsn, now)
     dbname = conninfo.conninfo_to_dict(dsn)["dbname"]
-    options = (
-        "-c search_path=timewarp,public,pg_catalog -c TimeZone=Europe/Berlin"
-        f" -c timewarp.now={now.isoformat()}"
-    )
-    warp = with_db(dsn, str(dbname), options=options)
-    with psycopg.connect(warp) as conn:  # the pin holds: now() is the moment given
-        assert conn.execute("SELECT now()").fetchone()[0] == now
+    warp = with_db(dsn, str(dbname), options="-c TimeZone=Europe/Berlin")
+    with psycopg.connect(warp) as conn:  # the clock holds: wfctl_now() is the moment given
+        assert conn.execute("SELECT wfctl_now()").fetchone()[0] == now
         assert conn.execute("SHOW TimeZone").fetchone()[0] == "Europe/Berlin"
     return warp
 
@@ -152,10 +145,6 @@ def test_stale_thresholds_are_exact_hours(cli, dsn, moment):
 
 
 def test_submit_delay_is_exact_hours(cli, dsn, clean_env):
-    """The submit functions run with their own search_path (the warp's now() cannot reach
-    them): their now() is the server's, and the delay they add to it arrives in seconds, so
-    each run's run_at is 86,400 seconds after its created_at (the same now()), in a session of
-    Europe/Berlin."""
     warp = warped(dsn, BEFORE_SPRING)
     one = cli("submit", "order", "{}", "--delay", "24h", "--force", "--dsn", warp)
     assert one.exit_code == 0, one.output
@@ -166,7 +155,7 @@ def test_submit_delay_is_exact_hours(cli, dsn, clean_env):
         wfctl.submit(conn, "order", {}, delay=timedelta(days=1))
         wfctl.submit(conn, "order", {}, delay="24h")
         conn.commit()
-        waits = conn.execute("SELECT extract(epoch FROM run_at - created_at) FROM workflows")
+        waits = conn.execute("SELECT extract(epoch FROM run_at - wfctl_now()) FROM workflows")
         assert [float(w[0]) for w in waits.fetchall()] == [86400.0] * 4
 
 

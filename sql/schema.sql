@@ -36,6 +36,8 @@ CREATE TABLE wfctl_settings (
     CONSTRAINT wfctl_settings_pkey PRIMARY KEY (name),
     CONSTRAINT wfctl_settings_fake_now_check CHECK (((name <> 'fake_now'::text) OR ((value)::timestamp with time zone IS NOT NULL)))
 );
+CREATE TRIGGER wfctl_settings_clock_set AFTER INSERT OR UPDATE ON public.wfctl_settings FOR EACH ROW WHEN ((new.name = 'fake_now'::text)) EXECUTE FUNCTION wfctl_settings_clock();
+CREATE TRIGGER wfctl_settings_clock_unset AFTER DELETE ON public.wfctl_settings FOR EACH ROW WHEN ((old.name = 'fake_now'::text)) EXECUTE FUNCTION wfctl_settings_clock();
 
 -- table workers ----------------------------------------------------------------------------------
 
@@ -934,6 +936,22 @@ AS $function$
     WHERE w.id = p_id
 $function$;
 
+-- function wfctl_fake_now ------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_fake_now()
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ STABLE PARALLEL SAFE SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    fake text;
+BEGIN
+    SELECT s.value INTO fake FROM wfctl_settings s WHERE s.name = 'fake_now';
+    RETURN coalesce(fake::timestamptz, now());
+END
+$function$;
+
 -- function wfctl_idempotency_guard ---------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION public.wfctl_idempotency_guard()
@@ -1160,17 +1178,9 @@ $function$;
 
 CREATE OR REPLACE FUNCTION public.wfctl_now()
  RETURNS timestamp with time zone
- LANGUAGE plpgsql
- STABLE PARALLEL SAFE SECURITY DEFINER
- SET search_path TO 'public', 'pg_temp'
-AS $function$
-DECLARE
-    fake text;
-BEGIN
-    SELECT s.value INTO fake FROM wfctl_settings s WHERE s.name = 'fake_now';
-    RETURN coalesce(fake::timestamptz, now());
-END
-$function$;
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+RETURN now();
 
 -- function wfctl_outcome -------------------------------------------------------------------------
 
@@ -1639,6 +1649,25 @@ BEGIN
     PERFORM pg_notify(wfctl_watch_channel(), p_id::text);
     state := 'done';
 END;
+$function$;
+
+-- function wfctl_settings_clock ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_settings_clock()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    IF EXISTS (SELECT FROM wfctl_settings WHERE name = 'fake_now') THEN
+        EXECUTE format('CREATE OR REPLACE FUNCTION %I.wfctl_now() RETURNS timestamptz LANGUAGE sql'
+                       ' STABLE PARALLEL SAFE RETURN %I.wfctl_fake_now()', TG_TABLE_SCHEMA, TG_TABLE_SCHEMA);
+    ELSE
+        EXECUTE format('CREATE OR REPLACE FUNCTION %I.wfctl_now() RETURNS timestamptz LANGUAGE sql'
+                       ' STABLE PARALLEL SAFE RETURN pg_catalog.now()', TG_TABLE_SCHEMA);
+    END IF;
+    RETURN NULL;
+END
 $function$;
 
 -- function wfctl_start_children_step -------------------------------------------------------------

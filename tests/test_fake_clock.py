@@ -146,3 +146,17 @@ def test_a_schedule_fires_when_the_clock_reaches_its_tick(dsn, conn) -> None:
     fakeclock.stop(dsn, tick)
     assert [f.tick for f in schedules.fire_due(conn).fired] == [tick]
     assert rows(dsn, "SELECT created_at FROM workflows") == [(tick,)]
+
+
+def test_the_real_clock_costs_what_now_costs_and_the_fake_one_only_while_set(dsn, conn) -> None:
+    """Without the row, wfctl_now() is inlined to now() (nothing reads a table per row of an
+    insert's defaults); the row makes it read the fake clock, and deleting it undoes that."""
+
+    def plan() -> str:
+        return "\n".join(r[0] for r in conn.execute("EXPLAIN VERBOSE SELECT wfctl_now()").fetchall())
+
+    assert "Output: now()" in plan()
+    fakeclock.stop(dsn)
+    assert "wfctl_fake_now()" in plan()
+    fakeclock.release(dsn)
+    assert "Output: now()" in plan()

@@ -5,10 +5,15 @@
 -- writes (created_at, run_at, updated_at, heartbeat_at, started_at, finished_at, ...) is
 -- wfctl_now(): now(), the start of the transaction, unless the schema's fake clock is set.
 --
---   wfctl_now()  STABLE, runs as the schema's owner (SECURITY DEFINER: every role may call
---                it, none needs a privilege on wfctl_settings), search_path pinned. It
---                returns the timestamptz of the row ('fake_now', value) of wfctl_settings when
---                there is one, else now().
+--   wfctl_now()       now(), as a plain SQL function (`RETURN pg_catalog.now()`, STABLE) that
+--                     the planner inlines: a default or a query that reads it costs what now()
+--                     costs. While the fake clock is set, its body is `RETURN wfctl_fake_now()`.
+--   wfctl_fake_now()  the row ('fake_now', value) of wfctl_settings as a timestamptz, else
+--                     now(); runs as the schema's owner (SECURITY DEFINER: no role needs a
+--                     privilege on wfctl_settings), search_path pinned.
+--   the triggers wfctl_settings_clock_*  when the row 'fake_now' is written or deleted, they
+--                     re-create wfctl_now() with the body that fits (wfctl_settings_clock()),
+--                     so the production clock never reads a table.
 --
 -- The fake clock is for tests, never for production: the row stands still until it is
 -- changed (a test moves it forward: UPDATE wfctl_settings SET value = ...), and every session
@@ -32,7 +37,10 @@
 ALTER TABLE wfctl_settings ADD CONSTRAINT wfctl_settings_fake_now_check
     CHECK (name <> 'fake_now' OR value::timestamptz IS NOT NULL);
 
-CREATE FUNCTION wfctl_now() RETURNS timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
+CREATE FUNCTION wfctl_now() RETURNS timestamptz LANGUAGE sql STABLE PARALLEL SAFE
+RETURN pg_catalog.now();
+
+CREATE FUNCTION wfctl_fake_now() RETURNS timestamptz LANGUAGE plpgsql STABLE PARALLEL SAFE
 SECURITY DEFINER AS $$
 DECLARE
     fake text;
@@ -42,16 +50,36 @@ BEGIN
 END
 $$;
 
+-- wfctl_now() reads the fake clock only while its row is there. Only the owner writes
+-- wfctl_settings' row 'fake_now' (and may replace the function: the trigger runs as the writer).
+CREATE FUNCTION wfctl_settings_clock() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM wfctl_settings WHERE name = 'fake_now') THEN
+        EXECUTE format('CREATE OR REPLACE FUNCTION %I.wfctl_now() RETURNS timestamptz LANGUAGE sql'
+                       ' STABLE PARALLEL SAFE RETURN %I.wfctl_fake_now()', TG_TABLE_SCHEMA, TG_TABLE_SCHEMA);
+    ELSE
+        EXECUTE format('CREATE OR REPLACE FUNCTION %I.wfctl_now() RETURNS timestamptz LANGUAGE sql'
+                       ' STABLE PARALLEL SAFE RETURN pg_catalog.now()', TG_TABLE_SCHEMA);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER wfctl_settings_clock_set AFTER INSERT OR UPDATE ON wfctl_settings
+    FOR EACH ROW WHEN (NEW.name = 'fake_now') EXECUTE FUNCTION wfctl_settings_clock();
+CREATE TRIGGER wfctl_settings_clock_unset AFTER DELETE ON wfctl_settings
+    FOR EACH ROW WHEN (OLD.name = 'fake_now') EXECUTE FUNCTION wfctl_settings_clock();
+
 DO $migration$
 DECLARE
     here text := current_schema();
     r record;
 BEGIN
-    EXECUTE format('ALTER FUNCTION %I.wfctl_now() SET search_path = %I, pg_temp', here, here);
+    EXECUTE format('ALTER FUNCTION %I.wfctl_fake_now() SET search_path = %I, pg_temp', here, here);
+    EXECUTE format('ALTER FUNCTION %I.wfctl_settings_clock() SET search_path = %I, pg_temp', here, here);
     FOR r IN
         SELECT p.oid
         FROM pg_proc p
-        WHERE p.pronamespace = here::regnamespace AND p.proname LIKE 'wfctl\_%' AND p.proname <> 'wfctl_now'
+        WHERE p.pronamespace = here::regnamespace AND p.proname LIKE 'wfctl\_%' AND p.proname NOT IN ('wfctl_now', 'wfctl_fake_now', 'wfctl_settings_clock')
           AND p.prosrc ~ '\mnow\(\)'
         ORDER BY p.proname
     LOOP

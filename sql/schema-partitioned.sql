@@ -310,6 +310,9 @@ BEGIN
         RAISE EXCEPTION '% is more than % bytes, over the limit of 1000000 bytes', p_what,
             text_size * 2 / 3 USING ERRCODE = '22023';
     END IF;
+    IF text_size < 1002 THEN
+        RETURN;  -- too short to nest 501 deep (501 brackets open, 501 close) or to hold 4,301 digits
+    END IF;
     -- an item at level 500 that is an array or an object is a container 501 deep
     IF jsonb_path_exists(p_value, 'strict $.**{500} ? (@.type() == "array" || @.type() == "object")') THEN
         RAISE EXCEPTION '% is nested more than 500 levels deep (the limit)', p_what

@@ -2,7 +2,7 @@
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
--- init`); this file describes the present for a reader. tests/test_schema_file.py compares it
+-- init`); this file describes the present for a reader. tests/db/test_schema_file.py compares it
 -- with a freshly migrated database; after a new migration regenerate it:
 --
 --     python -m wfctl.schemadump SERVER_DSN --partitioned > sql/schema-partitioned.sql

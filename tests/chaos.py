@@ -4,7 +4,7 @@
                           [--recover-every 2s] [--restart-db | --no-restart-db] [--dsn DSN]
                           [--step-ms 20-60] [--heartbeat 200ms] [--stale 1s] [--json]
 
-A fault-injection run, not a benchmark: tests/test_chaos.py runs it at a size for CI, and it
+A fault-injection run, not a benchmark: tests/process/test_chaos.py runs it at a size for CI, and it
 can be run by hand at any size (``--help``), from a source checkout where wfctl is installed
 (``pip install -e .``; pytest is not needed). Its server, processes and log reading are those
 of the other multi-process tests (tests/servers.py, tests/helpers.py).
@@ -16,7 +16,7 @@ The scenario:
    checkpoint) are submitted with ``wfctl submit --input-file`` (one transaction);
 2. W ``wfctl worker --app chaosflows --no-sweep`` processes run them (recovery is left to cron,
    step 4, so that every requeue is on record; the workers' own sweep has its tests in
-   tests/test_sweep.py);
+   tests/db/test_sweep.py);
 3. every ``--kill-every`` (with +-50 % jitter) a random worker is SIGKILLed and a new one started;
 4. a "cron" thread runs ``wfctl recover --stale <stale> --json`` every ``--recover-every``;
 5. once, when 40 % of the workflows are done, the PostgreSQL server is restarted (fast shutdown,
@@ -56,7 +56,7 @@ calls the next step function). Hence:
   workflows that sweep requeued from that worker): "in flight at the database restart".
   This needs the worker not to START a workflow it claimed ahead (its backlog) once that
   workflow's lease is gone, which
-  tests/test_faults.py::test_claimed_ahead_run_whose_lease_was_taken_is_not_started pins down.
+  tests/process/test_faults.py::test_claimed_ahead_run_whose_lease_was_taken_is_not_started pins down.
 
 So ``real executions - 3N <= sum over kills + sum over (sweep, live worker)``, each term capped
 by the concurrency; both sides are printed.
@@ -247,7 +247,7 @@ class WorkerProc:
             "plain",
             "--quiet",
             # recovery here is cron's: the checks account for every requeue through the records
-            # `wfctl recover --json` prints (the workers' own sweep: tests/test_sweep.py)
+            # `wfctl recover --json` prints (the workers' own sweep: tests/db/test_sweep.py)
             "--no-sweep",
         ]
         self.proc = wfctl_process(args, env=env, log_path=self.log_path)

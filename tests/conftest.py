@@ -31,6 +31,9 @@ import pytest
 import servers
 from helpers import (
     CEILING,
+    HERE,
+    LAYOUTS,
+    RUN_LAYOUT,
     TEST_SETTINGS,
     Result,
     Server,
@@ -49,6 +52,18 @@ from wfctl import partitions, schema
 from wfctl.cli.app import app
 from wfctl.queries import composed
 
+# Fixtures that a topic's tests in two tiers share (tests/support).
+pytest_plugins = [
+    "support.bad_input",
+    "support.exact_durations",
+    "support.partitions",
+    "support.roles",
+    "support.security",
+    "support.stored_values",
+    "support.transaction_step",
+    "support.trusted_schema",
+]
+
 
 def _start_embedded(base: Path) -> servers.Embedded:
     server = servers.Embedded.init(base, "wfctl-test-server", settings=TEST_SETTINGS, port=free_port())
@@ -60,13 +75,6 @@ def _start_embedded(base: Path) -> servers.Embedded:
 
 
 # -- parallel runs ---------------------------------------------------------------------------------
-
-# Modules whose tests run alone under xdist, with why; a module says it itself with
-# ``pytestmark = pytest.mark.alone`` (this table is for modules that cannot carry the mark yet).
-ALONE_MODULES = {
-    "test_stateful.py": "its restart_database rule restarts the suite's server (pg_ctl restart)",
-}
-
 
 # An xdist worker starts with COLUMNS=80 and LINES=24 in its environment whatever the shell had,
 # and wfctl's tables take their width from COLUMNS (render.PIPE_WIDTH without it): each worker
@@ -92,11 +100,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "alone: under pytest-xdist on WFCTL_TEST_DSN's shared server, runs with no other test in flight",
     )
+    config.addinivalue_line(
+        "markers",
+        "layouts: runs once on a database in each table layout (default and partitioned), in one run",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``layouts`` that gets a database (``dsn`` and what is built on it) runs in
+    both layouts: the process tier runs once in CI, not once per layout as the database tier does."""
+    if metafunc.definition.get_closest_marker("layouts") is not None and "dsn" in metafunc.fixturenames:
+        metafunc.parametrize("layout", LAYOUTS, indirect=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in ALONE_MODULES:
+        if item.path.relative_to(HERE).as_posix() in parallel.ALONE_MODULES:
             item.add_marker(pytest.mark.alone)
 
 
@@ -172,32 +191,59 @@ def empty_dsn(pg_server: Server) -> Iterator[str]:
             conn.execute(composed("admin.drop_database", name=name))
 
 
+class Templates:
+    """Databases with the wfctl schema installed, one per layout, each made on first use and
+    once per run (per xdist worker): each test's ``dsn`` is a copy of one (much faster than
+    migrating every test's database). Made and dropped under the run's lock, so never while an
+    ``alone`` test restarts a shared server."""
+
+    def __init__(self, server: Server, lock: parallel.RunLock | None) -> None:
+        self.server = server
+        self.lock = lock
+        self.names: dict[str, str] = {}
+
+    def name(self, layout: str) -> str:
+        if layout not in self.names:
+            name = f"wfctl_tpl_{uuid.uuid4().hex[:12]}"
+            with _shared(self.lock):
+                with psycopg.connect(self.server.admin_dsn, autocommit=True) as conn:
+                    conn.execute(composed("admin.create_database", name=name))
+                self.names[layout] = name
+                with psycopg.connect(with_db(self.server.admin_dsn, name), autocommit=True) as conn:
+                    schema.migrate(conn)
+                    if layout == "partitioned":
+                        partitions.convert(conn, 1)
+        return self.names[layout]
+
+    def drop_all(self) -> None:
+        with _shared(self.lock), psycopg.connect(self.server.admin_dsn, autocommit=True) as conn:
+            for name in self.names.values():
+                conn.execute(composed("admin.drop_database", name=name))
+
+
 @pytest.fixture(scope="session")
-def migrated_template(pg_server: Server, run_lock: parallel.RunLock | None) -> Iterator[str]:
-    """A database with the wfctl schema installed, made once per run (per xdist worker): each
-    test's ``dsn`` is a copy of it (much faster than migrating every test's database). Made and
-    dropped under the run's lock, so never while an ``alone`` test restarts a shared server."""
-    name = f"wfctl_tpl_{uuid.uuid4().hex[:12]}"
-    with _shared(run_lock):
-        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
-            conn.execute(composed("admin.create_database", name=name))
-        with psycopg.connect(with_db(pg_server.admin_dsn, name), autocommit=True) as conn:
-            schema.migrate(conn)
-            if os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned":  # the whole run in that layout
-                partitions.convert(conn, 1)
+def templates(pg_server: Server, run_lock: parallel.RunLock | None) -> Iterator[Templates]:
+    made = Templates(pg_server, run_lock)
     try:
-        yield name
+        yield made
     finally:
-        with _shared(run_lock), psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
-            conn.execute(composed("admin.drop_database", name=name))
+        made.drop_all()
 
 
 @pytest.fixture
-def dsn(pg_server: Server, migrated_template: str) -> Iterator[str]:
-    """A new database with the wfctl schema installed (a copy of the migrated template)."""
+def layout(request: pytest.FixtureRequest) -> str:
+    """The table layout of this test's ``dsn``: the run's (``WFCTL_TEST_LAYOUT``, default
+    "default"), or each in turn for a test marked ``layouts``."""
+    return getattr(request, "param", RUN_LAYOUT)
+
+
+@pytest.fixture
+def dsn(pg_server: Server, templates: Templates, layout: str) -> Iterator[str]:
+    """A new database with the wfctl schema installed in ``layout`` (a copy of its template)."""
     name = f"wfctl_t_{uuid.uuid4().hex[:12]}"
+    template = templates.name(layout)
     with psycopg.connect(pg_server.admin_dsn, autocommit=True) as conn:
-        conn.execute(composed("admin.create_database_from", name=name, template=migrated_template))
+        conn.execute(composed("admin.create_database_from", name=name, template=template))
     try:
         yield with_db(pg_server.admin_dsn, name)
     finally:

@@ -17,10 +17,15 @@ import psycopg
 from psycopg import conninfo
 
 HERE = Path(__file__).parent
+REPO = HERE.parent
 REFERENCE_SQL = HERE / "data" / "reference-design.sql"
 APPS = HERE / "apps"
-#: The run's databases are in the partitioned layout (tests/conftest.py's migrated_template).
-PARTITIONED_RUN = os.environ.get("WFCTL_TEST_LAYOUT") == "partitioned"
+#: The table layouts a test database can be in, and the run's (``WFCTL_TEST_LAYOUT``): every test
+#: database is in it, except those of a test marked ``layouts`` (tests/conftest.py).
+LAYOUTS = ("default", "partitioned")
+RUN_LAYOUT = os.environ.get("WFCTL_TEST_LAYOUT") or "default"
+assert RUN_LAYOUT in LAYOUTS, f"WFCTL_TEST_LAYOUT={RUN_LAYOUT!r}: one of {', '.join(LAYOUTS)}"
+PARTITIONED_RUN = RUN_LAYOUT == "partitioned"
 
 # Settings for a throwaway server where durability is not under test: speed first.
 FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

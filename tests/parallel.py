@@ -20,6 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# Test modules (relative to tests/) whose tests run alone under xdist, with why; a module says it
+# itself with ``pytestmark = pytest.mark.alone`` (this table is for modules that cannot carry the
+# mark yet). tests/conftest.py marks them.
+ALONE_MODULES = {
+    "process/test_stateful.py": "its restart_database rule restarts the suite's server (pg_ctl restart)",
+}
+
 
 def worker_id() -> str | None:
     """``gw0``, ``gw1``, ... on an xdist worker; None in a plain run (and on the controller)."""

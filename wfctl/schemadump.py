@@ -4,7 +4,7 @@
 ``python -m wfctl.schemadump SERVER_DSN [--partitioned]`` creates a throwaway database on the
 server SERVER_DSN names (its role must be allowed to create databases), applies every migration
 there (then converts it to the partitioned layout with ``--partitioned``), prints the schema and
-drops the database. tests/test_schema_file.py holds the files to what it prints.
+drops the database. tests/db/test_schema_file.py holds the files to what it prints.
 
 Nothing applies these files: the migrations (wfctl/schema.py) install and upgrade a database.
 """
@@ -32,7 +32,7 @@ _HEADER = """\
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
--- init`); this file describes the present for a reader. tests/test_schema_file.py compares it
+-- init`); this file describes the present for a reader. tests/db/test_schema_file.py compares it
 -- with a freshly migrated database; after a new migration regenerate it:
 --
 --     {command}

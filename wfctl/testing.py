@@ -114,7 +114,7 @@ class MemoryJournal:
 
 Play = Callable[[MemoryJournal, int, str, dict[str, Any]], Any]
 
-#: How MemoryJournal plays each coordination step (tests/test_operations.py: every one).
+#: How MemoryJournal plays each coordination step (tests/db/test_operations.py: every one).
 _PLAYS: dict[Op, Play] = {
     Op.RECV: MemoryJournal._recv,
     Op.JOIN: MemoryJournal._join,

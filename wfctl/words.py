@@ -1,7 +1,7 @@
 """The words and ids operators type: workflow statuses and workflow ids, checked in one place.
 
 The status words are spelled here and nowhere else in the package; the SQL of ``sql/`` keeps its
-literals. tests/test_sql_catalogue.py checks these against the schema's CHECK constraint and
+literals. tests/unit/test_sql_catalogue.py checks these against the schema's CHECK constraint and
 fails on a status compared with a literal anywhere else in the package.
 """
 

@@ -1,4 +1,4 @@
-"""Workflows for the --burst-wait and sweep tests (tests/test_burst_wait.py, tests/test_sweep.py).
+"""Workflows for the --burst-wait and sweep tests (tests/process/test_burst_wait.py, tests/db/test_sweep.py).
 
 Like testflows, every step appends "<workflow id> <step>" to $WFCTL_TEST_LOG, and a step called
 through ``gate`` blocks while the file $WFCTL_TEST_GATE exists.

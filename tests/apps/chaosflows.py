@@ -1,4 +1,4 @@
-"""The workflow the chaos run (tests/chaos.py, tests/test_chaos.py) drives through kills and a
+"""The workflow the chaos run (tests/chaos.py, tests/process/test_chaos.py) drives through kills and a
 database restart.
 
 ``chaos3`` has three steps; each sleeps a few milliseconds (the input's ``ms``: a list of three

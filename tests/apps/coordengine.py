@@ -1,4 +1,4 @@
-"""Workflows for the coordination engine tests (tests/test_coordination.py): messages, events,
+"""Workflows for the coordination engine tests (tests/process/test_coordination.py): messages, events,
 child workflows, deadlines. Steps log real executions through testflows.effect / gate."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Workflows for the coordination commands' tests (tests/test_cli_coordination.py): `wfctl send`,
+"""Workflows for the coordination commands' tests (tests/db/test_cli_coordination.py): `wfctl send`,
 `wfctl event`, `wfctl wait` and `wfctl submit --timeout` against a real worker. Steps log real
 executions through testflows.effect / gate (a gated step holds its worker while the file
 $WFCTL_TEST_GATE exists)."""

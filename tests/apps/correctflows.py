@@ -1,4 +1,4 @@
-"""Workflows for the regression tests of the worker's correctness fixes (tests/test_correctness.py).
+"""Workflows for the regression tests of the worker's correctness fixes (tests/db/test_correctness.py).
 
 Every step function appends "<workflow id> <step>" to $WFCTL_TEST_LOG (see testflows.py), so a
 test counts real executions. ``gated`` blocks while the file "$WFCTL_TEST_GATE-<name>" exists,

@@ -1,4 +1,4 @@
-"""Version 1 of the 'deploy' workflow (tests/test_patching.py): reserve, wait for 'go', charge,
+"""Version 1 of the 'deploy' workflow (tests/process/test_patching.py): reserve, wait for 'go', charge,
 wait for 'confirm', ship."""
 
 from __future__ import annotations

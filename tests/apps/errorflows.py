@@ -1,4 +1,4 @@
-"""Workflows for the error and attempt-history tests (tests/test_error_history.py)."""
+"""Workflows for the error and attempt-history tests (tests/process/test_error_history.py)."""
 
 from __future__ import annotations
 

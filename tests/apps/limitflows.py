@@ -1,4 +1,4 @@
-"""Workflows for the flow-control tests (tests/test_limits.py): types with limits declared in
+"""Workflows for the flow-control tests (tests/db/test_limits.py): types with limits declared in
 code, and one without any (limits are set on it at run time with `wfctl limit`)."""
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ def gated(ctx: wfctl.Context, data: dict[str, Any]) -> Any:
 
 @wfctl.workflow("quota", concurrency=4, key_concurrency=1, rate="30/m", max_retries=0)
 def quota(ctx: wfctl.Context, data: dict[str, Any]) -> float:
-    """Every kind of limit declared in code (tests/test_cli_limits.py: what `wfctl limits` says)."""
+    """Every kind of limit declared in code (tests/process/test_cli_limits.py: what `wfctl limits` says)."""
     return float(ctx.step("work", pause, data.get("pause", 0)))
 
 
 @wfctl.workflow("swift", max_retries=0)
 def swift(ctx: wfctl.Context, data: dict[str, Any]) -> str:
-    """No limit (tests/test_claim_order.py: an urgent run among a limited type's backlog)."""
+    """No limit (tests/db/test_claim_order.py: an urgent run among a limited type's backlog)."""
     return str(ctx.step("work", lambda: "swift"))

@@ -1,4 +1,4 @@
-"""One workflow type, 'parcel', in the versions of its code that tests/test_patching_parked.py
+"""One workflow type, 'parcel', in the versions of its code that tests/process/test_patching_parked.py
 deploys under runs parked in a wait. $WFCTL_TEST_CODE names the version a worker runs:
 
 - ``old``: step ``a``, wait for the message ``go``, step ``b``.

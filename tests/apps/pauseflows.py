@@ -1,6 +1,6 @@
 """A workflow type with a concurrency limit whose steps record every execution: a claim of it
 waits on the limit's row (wfctl_claim_allowed locks it), which a test can hold to stop a worker
-in the middle of its claim (tests/test_paused_claim.py)."""
+in the middle of its claim (tests/process/test_paused_claim.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workflows for the schedule tests (tests/test_schedules.py).
+"""Workflows for the schedule tests (tests/db/test_schedules.py).
 
 ``stamp`` records the tick it was submitted for ("<workflow id> <scheduled_at>" in
 $WFCTL_TEST_LOG, like testflows' steps). ``nightly`` declares the schedule that

@@ -1,4 +1,4 @@
-"""The workflows tests/test_stateful.py (and tests/test_stateful_regressions.py) drive.
+"""The workflows tests/process/test_stateful.py (and tests/process/test_stateful_regressions.py) drive.
 
 ``sf-flow`` runs the items its input lists, in order: ``{"steps": [[kind, arg], ...]}``. Each
 item takes one engine step number, except ``children`` (one per child, then one for the wait).

@@ -1,4 +1,4 @@
-"""Workflows for tests/test_stored_values.py and tests/test_worker_log_escaping.py: runs whose
+"""Workflows for tests/db/test_stored_values.py and tests/process/test_worker_log_escaping.py: runs whose
 stored values (input, a step's output, a message, a child's output) a test replaces with SQL by
 values Python cannot read, or fills with text that must not reach the worker's log raw. The
 types that read values allow retries, so a test can see that such a run fails without them."""

@@ -1,5 +1,5 @@
-"""Workflows for the transactional-step tests (tests/test_transaction_step.py, and one in
-tests/test_pgbouncer.py). Each entry is written to the application's own table ``app_ledger``
+"""Workflows for the transactional-step tests (tests/db/test_transaction_step.py, and one in
+tests/process/test_pgbouncer.py). Each entry is written to the application's own table ``app_ledger``
 through ``ctx.transaction``: with a random pause inside the transaction, so that kills land
 before, inside and after it (``ledger``), or held inside ``fn`` while the file
 $WFCTL_TEST_GATE exists (``held``), so that a test can freeze, cancel or outlive it there."""

@@ -1,4 +1,4 @@
-"""Workflows that park, for tests/test_cli_waits.py (what show, list, stats, metrics, cancel and
+"""Workflows that park, for tests/db/test_cli_waits.py (what show, list, stats, metrics, cancel and
 recover say about waiting workflows). A test runs its worker with ``--types`` leaving out
 ``idle``, so children of that type stay pending."""
 

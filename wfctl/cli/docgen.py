@@ -4,7 +4,7 @@ One Markdown page per top-level command (a group such as ``db`` gets one page, w
 per subcommand) and an index: the global options and every command with its summary and a link.
 Each page has the usage line, the help text, and every argument and option with its type,
 default and help, as ``--help`` prints them. ``python -m wfctl.cli.docgen docs/reference/cli``
-writes them; tests/test_cli_reference.py fails when the committed pages no longer match.
+writes them; tests/docs/test_cli_reference.py fails when the committed pages no longer match.
 """
 
 from __future__ import annotations

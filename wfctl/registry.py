@@ -153,7 +153,7 @@ def workflow(
                 timezone=timezone,
             )
         )
-        fn.__wfctl_type__ = name  # type: ignore[attr-defined]
+        fn.__wfctl_type__ = name  # type: ignore[attr-defined]  # Callable declares none; a function takes any
         return fn
 
     return decorate

@@ -325,7 +325,8 @@ def _validate(parsed: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
                 shown = _found_kind(value) if (table, key) in SECRET_KEYS else repr(value)
                 raise ConfigError(f"{path}: [{table}] {key} must be {kind}, not {shown}")
             item = LIST_ITEMS.get((table, key))
-            if item is not None and not all(isinstance(v, item) for v in value):
+            # a key with LIST_ITEMS is a list in SCHEMA, so value is one here (isinstance tells mypy)
+            if item is not None and isinstance(value, list) and not all(isinstance(v, item) for v in value):
                 kind = _KINDS.get(item, "value").split(" ", 1)[-1]
                 raise ConfigError(f"{path}: [{table}] {key} must be a list of {kind}s, not {value!r}")
         out[table] = dict(values)

@@ -228,7 +228,7 @@ def connect(
     params.setdefault("connect_timeout", str(connect_timeout))
     try:
         conn = psycopg.connect(
-            conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None}),
+            conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None}),
             autocommit=autocommit,
             prepare_threshold=5 if prepare else None,
             **kwargs,
@@ -237,7 +237,8 @@ def connect(
         raise translate(exc, dsn) from None
     except UnicodeError as exc:  # a host name (DSN or PGHOST) that is not valid text
         raise ConfigError(f"cannot connect to {describe(dsn)}: {scrub(_first_line(exc), dsn)}") from None
-    wanted = requested_search_path(params.get("options"))
+    options = params.get("options")  # text, as every value parsed from a DSN (ConnParam allows int too)
+    wanted = requested_search_path(options if isinstance(options, str) else None)
     if wanted is not None:
         _check_search_path(conn, wanted, dsn)
     return conn

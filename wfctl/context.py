@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from wfctl import jsonvalue
@@ -89,7 +89,7 @@ class Context:
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
-            return stored.output  # type: ignore[no-any-return]
+            return cast(T, stored.output)  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         started = self._journal.now()
         refused = _step_name_problem(name)
@@ -108,7 +108,7 @@ class Context:
             )
             raise StepFailed(number, name, error, started) from exc
         self._journal.record(number, name, encoded, started)
-        return json.loads(encoded)  # type: ignore[no-any-return]
+        return cast(T, json.loads(encoded))  # untyped JSON: the result as a replay will return it
 
     def sleep(self, duration: str | float | timedelta) -> None:
         """Sleep durably: the wake time is checkpointed and the worker slot is freed; the
@@ -144,7 +144,7 @@ class Context:
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
-            return stored.output  # type: ignore[no-any-return]
+            return cast(T, stored.output)  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         refused = _step_name_problem(name)
         if refused is not None:
@@ -166,7 +166,8 @@ class Context:
                 ) from exc
 
         try:
-            return self._journal.transaction(number, name, call)  # type: ignore[no-any-return]
+            # the journal gives the stored JSON value, untyped: fn's result as a replay returns it
+            return cast(T, self._journal.transaction(number, name, call))
         except ControlFlow:
             raise
         except Exception as exc:
@@ -233,8 +234,11 @@ class Context:
         """Wait until the child workflow(s) finished: the output for one id, the outputs in
         order for a list. A child that failed or was cancelled raises ``wfctl.ChildFailed``
         here; ``timeout`` passing raises ``wfctl.WaitTimeout``."""
-        single = isinstance(ids, str | UUID)
-        wanted = [ids] if single else list(ids)  # type: ignore[list-item]
+        wanted: list[str | UUID]
+        if isinstance(ids, str | UUID):
+            single, wanted = True, [ids]
+        else:
+            single, wanted = False, list(ids)
         try:
             id_list = [str(UUID(str(i))) for i in wanted]
         except ValueError:

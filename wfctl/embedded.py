@@ -527,7 +527,11 @@ class EmbeddedServer:
         """Stop a server whose data directory (at this path) was deleted under it: immediate
         shutdown, as there is nothing left to write its data to."""
         for pid in servers_of_deleted(self.pgdata):
-            if stop_process(pid, signal.SIGQUIT, lambda pid=pid: pid in servers_of_deleted(self.pgdata)):
+
+            def still_there(pid: int = pid) -> bool:
+                return pid in servers_of_deleted(self.pgdata)
+
+            if stop_process(pid, signal.SIGQUIT, still_there):
                 self._remove_socket_dir()
                 return StopResult(stopped=True, pid=pid, deleted=True)
         return StopResult(stopped=False)

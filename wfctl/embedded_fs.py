@@ -19,6 +19,7 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Literal, overload
 
 from wfctl.errors import ServerError
 
@@ -183,6 +184,10 @@ class ServerFiles:
         self.pgdata = home / DATA_DIR
         self.run_as = run_as
 
+    @overload
+    def open_home(self, *, create: Literal[True]) -> int: ...
+    @overload
+    def open_home(self, *, create: bool) -> int | None: ...
     def open_home(self, *, create: bool) -> int | None:
         """A descriptor of the home directory, checked to be a real directory of ours that
         others cannot write to; None when there is none (and ``create`` is false). Everything

@@ -14,8 +14,9 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict
 
 from wfctl.embedded_fs import Notice, silent
 from wfctl.errors import ServerError
@@ -159,7 +160,15 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return False
 
 
-def as_user(user: str | None, notice: Notice = silent) -> dict[str, object]:
+class Identity(TypedDict, total=False):
+    """The keyword arguments of ``subprocess.run``/``Popen`` that ``as_user`` gives."""
+
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def as_user(user: str | None, notice: Notice = silent) -> Identity:
     """subprocess arguments that drop root for ``user`` (None: run as wfctl runs): its uid, its
     own group, and no supplementary groups (root's group would otherwise shadow the 'other'
     bits). The user is created if need be (``ensure_user``)."""
@@ -169,7 +178,7 @@ def as_user(user: str | None, notice: Notice = silent) -> dict[str, object]:
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
-def run_program(identity: Mapping[str, object], program: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_program(identity: Identity, program: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run one of the bundled programs as ``identity`` (``as_user``), never through a shell."""
     try:
         return subprocess.run(
@@ -182,7 +191,7 @@ def run_program(identity: Mapping[str, object], program: str, *args: str) -> sub
             cwd="/",
             timeout=PROGRAM_TIMEOUT,
             start_new_session=True,
-            **identity,  # type: ignore[arg-type]
+            **identity,
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise ServerError(f"could not run {program}: {exc}") from None

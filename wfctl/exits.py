@@ -60,7 +60,7 @@ _BY_CLASS: dict[type[WfctlError], int] = {
 def code_for(exc: BaseException) -> int:
     """The exit code for an error wfctl raised (INTERNAL for anything it does not know)."""
     for cls in type(exc).__mro__:
-        code = _BY_CLASS.get(cls)  # type: ignore[arg-type]
+        code = _BY_CLASS.get(cls)
         if code is not None:
             return code
     return INTERNAL

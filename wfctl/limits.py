@@ -50,7 +50,7 @@ def format_window(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
-def parse_rate(text: str | Rate, what: str = "rate") -> Rate:
+def parse_rate(text: object, what: str = "rate") -> Rate:
     """``"100/1m"``, ``"20/s"``, ``"5/30s"`` -> Rate; anything else raises InvalidInput."""
     if isinstance(text, Rate):
         return text
@@ -81,7 +81,6 @@ def check_limit(value: object, what: str, *, allow_zero: bool = True) -> int:
 
 def check_key(value: object) -> str:
     """A concurrency key: 1 to MAX_KEY_LENGTH characters of text without NUL."""
-    problem = None
     if not isinstance(value, str):
         problem = f"not {type(value).__name__}"
     elif not 1 <= len(value) <= MAX_KEY_LENGTH:
@@ -93,9 +92,9 @@ def check_key(value: object) -> str:
             value.encode("utf-8")
         except UnicodeEncodeError:
             problem = "in UTF-8 (it holds a lone surrogate)"
-    if problem is not None:
-        raise InvalidInput(f"a concurrency key must be 1 to {MAX_KEY_LENGTH} characters of text, {problem}")
-    return value  # type: ignore[return-value]
+        else:
+            return value
+    raise InvalidInput(f"a concurrency key must be 1 to {MAX_KEY_LENGTH} characters of text, {problem}")
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ def declared(concurrency: object, key_concurrency: object, rate: object) -> Limi
     return Limits(
         concurrency=limit,
         key_concurrency=per_key,
-        rate=None if rate is None else parse_rate(rate),  # type: ignore[arg-type]
+        rate=None if rate is None else parse_rate(rate),
     )
 
 

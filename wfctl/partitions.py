@@ -157,7 +157,9 @@ def prune(
         for attempt in range(DROP_TRIES):
             try:
                 with conn.transaction():
-                    state, w, s = conn.execute(q("partitions.prune_partition"), params).fetchone()  # type: ignore[misc]
+                    result = conn.execute(q("partitions.prune_partition"), params).fetchone()
+                    assert result is not None  # OUT parameters: always one row
+                    state, w, s = result
                 break
             except pg_errors.LockNotAvailable:
                 if attempt + 1 == DROP_TRIES:

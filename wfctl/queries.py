@@ -65,7 +65,7 @@ def composed(block: str, **identifiers: str | tuple[str, ...]) -> sql.Composed:
     ``CREATE DATABASE``, or a partition's ``(schema, name)``), never by string formatting.
     Cached: the group commit composes its statement for every batch."""
     names = {k: v if isinstance(v, tuple) else (v,) for k, v in identifiers.items()}
-    return sql.SQL(q(block)).format(**{k: sql.Identifier(*v) for k, v in names.items()})  # type: ignore[arg-type]
+    return sql.SQL(q(block)).format(**{k: sql.Identifier(*v) for k, v in names.items()})
 
 
 @cache

@@ -87,7 +87,7 @@ def _error_classes(value: object) -> tuple[type[BaseException], ...]:
     for item in items:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
             raise InvalidInput(f"dont_retry takes exception classes, not {item!r}")
-    return items  # type: ignore[return-value]
+    return items
 
 
 def workflow(
@@ -153,7 +153,7 @@ def workflow(
                 timezone=timezone,
             )
         )
-        fn.__wfctl_type__ = name  # type: ignore[attr-defined]
+        fn.__wfctl_type__ = name  # type: ignore[attr-defined]  # Callable declares none; a function takes any
         return fn
 
     return decorate

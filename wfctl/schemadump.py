@@ -127,7 +127,7 @@ def fresh_database(server_dsn: str, *, partitioned: bool = False) -> Iterator[ps
     try:
         params = conninfo.conninfo_to_dict(server_dsn)
         params["dbname"] = name
-        with psycopg.connect(conninfo.make_conninfo(**params), autocommit=True) as conn:
+        with psycopg.connect(conninfo.make_conninfo("", **params), autocommit=True) as conn:
             schema.migrate(conn)
             if partitioned:
                 partitions.convert(conn, 1)

@@ -39,19 +39,27 @@ def _secrets_in(args: Sequence[str]) -> list[str]:
 class WfctlGroup(TyperGroup):
     """Runs a command and turns every failure into ``wfctl: error: ...`` and an exit code."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         debug = _debug_enabled(argv)
         code: int
         try:
-            rv = super().main(argv, prog_name or "wfctl", complete_var, standalone_mode=False, **extra)
+            rv = super().main(
+                argv,
+                prog_name or "wfctl",
+                complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
             code = rv if isinstance(rv, int) else 0
         except typer.Exit as exc:
             code = exc.exit_code

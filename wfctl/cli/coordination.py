@@ -15,6 +15,7 @@ from psycopg.types.json import set_json_loads
 from wfctl import coordination, words
 from wfctl.cli import jsonlines, render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.context import check_label
 from wfctl.durations import parse_duration
 from wfctl.errors import NotFound, WorkflowCancelled, WorkflowFailed
 
@@ -91,7 +92,7 @@ def event(
     """Print the latest value a workflow published under KEY, as JSON."""
     session = Session.create(dsn, config, json)
     wid = words.parse_id(workflow_id)
-    coordination.check_label(key, "an event key")
+    check_label(key, "an event key")
     seconds = _seconds(wait, "--wait")
     with session.connect() as conn:
         try:

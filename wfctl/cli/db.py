@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -109,7 +109,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
 def _report(
     session: Session,
     info: dict[str, object],
-    tables: list[dict[str, object]],
+    tables: list[dict[str, Any]],  # schema.overview's rows, untyped as psycopg gives them
     parts: list[partitions.Partition] | None = None,
 ) -> None:
     if session.json:
@@ -125,13 +125,13 @@ def _report(
             [
                 (t["table_name"], t["columns"], t["indexes"], t["rows"], f"{int(t['bytes']) // 1024} kB")
                 for t in tables
-            ],  # type: ignore[call-overload]
+            ],
             justify=["left", "right", "right", "right", "right"],
         )
     elif info.get("running") and not info.get("schema_version"):
         render.notice("no wfctl schema in this database yet: run `wfctl init`")
     untrusted = info.get("schema_untrusted_creators")
-    if untrusted:
+    if isinstance(untrusted, list) and untrusted:  # status() stores a list of role names
         render.warn(
             f"roles other than the schema's owner may CREATE in schema {info.get('schema')} "
             f"({', '.join(untrusted)}): their operators and functions would run as wfctl's roles, "
@@ -151,7 +151,7 @@ def _report(
                     f"{p.bytes // 1024} kB",
                 )
                 for p in parts
-            ],  # type: ignore[call-overload]
+            ],
             justify=["left", "left", "left", "left", "right", "right"],
         )
 

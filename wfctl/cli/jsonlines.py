@@ -86,7 +86,7 @@ def read_jsonl(stream: IO[bytes], source: str) -> SpooledInputs:
     if not count:
         spool.close()
         raise InvalidInput(f"{source} holds no workflow input (expected one JSON value per line)")
-    return SpooledInputs(spool, count)  # type: ignore[arg-type]
+    return SpooledInputs(spool, count)
 
 
 def _spool_jsonl(stream: IO[bytes], source: str, spool: IO[bytes]) -> int:

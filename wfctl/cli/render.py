@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain text never loads it
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
     from rich.text import Text
 
 from wfctl.durations import format_duration
@@ -155,7 +155,7 @@ def table(
     columns: Sequence[str],
     rows: Iterable[Sequence[Any]],
     *,
-    justify: Sequence[str] | None = None,
+    justify: Sequence[JustifyMethod] | None = None,
 ) -> None:
     """A Rich table on stdout."""
     from rich.table import Table
@@ -169,7 +169,7 @@ def table(
         align = justify[index] if justify else "left"
         # ids are copied from the screen: never cut one, let the other columns wrap instead
         is_id = name == "id"
-        grid.add_column(name, justify=align, no_wrap=is_id, min_width=36 if is_id else None)  # type: ignore[arg-type]
+        grid.add_column(name, justify=align, no_wrap=is_id, min_width=36 if is_id else None)
     for row in rows:
         grid.add_row(*(cell(v) for v in row))
     _out().print(grid)

@@ -27,6 +27,7 @@ from wfctl.reports import StatsReport, WorkflowDetail
 from wfctl.waits import WAITING
 
 if TYPE_CHECKING:
+    from rich.console import JustifyMethod
     from rich.text import Text
 
 SUCCESS_COLUMNS = (
@@ -42,7 +43,7 @@ SUCCESS_COLUMNS = (
     "p50",
     "p95",
 )
-_NUM = "right"
+_NUM: JustifyMethod = "right"
 
 
 def _count(value: Any, style: str) -> Text:

@@ -153,7 +153,7 @@ def worker(
                 f"(it registers: {', '.join(registry.names())})"
             )
     dsn_value = session.dsn()
-    log = WorkerLog(options.log_format, quiet=quiet)  # type: ignore[arg-type]
+    log = WorkerLog(options.log_format, quiet=quiet)  # type: ignore[arg-type]  # WorkerOptions refuses others
     code = Worker(dsn_value, registry, options, log).run()
     raise typer.Exit(code)
 

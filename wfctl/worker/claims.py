@@ -177,7 +177,7 @@ class Frontier:
         keys = [
             (row.priority, row.run_at, row.id)
             for row in taken
-            if row.priority is not None and row.run_at is not None
+            if row.priority is not None and row.run_at is not None and row.id is not None
         ]
         if keys:
             # claim order: priority DESC, run_at, id (uuids compare as PostgreSQL's do)

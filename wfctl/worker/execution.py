@@ -14,7 +14,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
 from wfctl import jsonvalue, storedjson
@@ -55,6 +55,13 @@ class CannotDecode(ControlFlow):
 LEASE_RECHECK = 1.0  # seconds: how long a step waits for a re-confirming heartbeat before asking again
 MAX_ERROR_CHARS = 2000
 MAX_TRACEBACK_CHARS = 16000
+
+
+class RunFields(TypedDict):
+    """The fields every log line of a run carries (``WorkerLog.event``'s keyword fields)."""
+
+    type: str
+    attempt: int
 
 
 def describe_error(error: BaseException) -> str:
@@ -300,7 +307,7 @@ class Execution:
 
     def run(self) -> None:
         c = self.claimed
-        fields = {"type": c.workflow_type, "attempt": c.attempt}
+        fields: RunFields = {"type": c.workflow_type, "attempt": c.attempt}
         self._log.event("started", self.id, **fields)
         began = time.monotonic()
         ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self)

@@ -78,7 +78,7 @@ class TransactionPool:
                 params.setdefault("application_name", "wfctl worker transaction")
                 params.setdefault("connect_timeout", "10")
                 self._pool = ConnectionPool(
-                    conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None}),
+                    conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None}),
                     kwargs={"autocommit": False, "prepare_threshold": None},
                     min_size=1,
                     max_size=self.size,

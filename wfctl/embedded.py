@@ -553,5 +553,3 @@ def _list_item(path: str) -> str:
     if any(c in path for c in ',"') or path != path.strip():
         return '"' + path.replace('"', '""') + '"'
     return path
-
-

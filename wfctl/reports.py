@@ -381,7 +381,7 @@ def metric_families(
             "wfctl_workflow_types_other",
             "gauge",
             f"Workflow types without series of their own (beyond the {max_types} with the most "
-            f"workflows), summed under workflow_type=\"{OTHER_TYPES}\".",
+            f'workflows), summed under workflow_type="{OTHER_TYPES}".',
             (Sample(type_count - len(kept)),),
         ),
         *_step_families(steps, since),

@@ -25,11 +25,19 @@ def test_stale_thresholds_are_exact_hours(cli, dsn, moment):
         add_worker(conn, WORKER_IN, moment - 23.5 * HOUR)
         add_worker(conn, WORKER_OUT, moment - 24.5 * HOUR)
         held = add_workflow(
-            conn, moment - 30 * HOUR, status="running", lease_owner=WORKER_IN, started_at=moment - 29 * HOUR,
+            conn,
+            moment - 30 * HOUR,
+            status="running",
+            lease_owner=WORKER_IN,
+            started_at=moment - 29 * HOUR,
             updated_at=moment - 29 * HOUR,
         )
         lost = add_workflow(
-            conn, moment - 30 * HOUR, status="running", lease_owner=WORKER_OUT, started_at=moment - 29 * HOUR,
+            conn,
+            moment - 30 * HOUR,
+            status="running",
+            lease_owner=WORKER_OUT,
+            started_at=moment - 29 * HOUR,
             updated_at=moment - 29 * HOUR,
         )
     workers = cli("workers", "--stale", "24h", "--json", "--dsn", warp)

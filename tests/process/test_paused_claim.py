@@ -66,8 +66,10 @@ def one_round(dsn: str, workers: Any, worker: subprocess.Popen[bytes], me: str) 
         try:
             holder.commit()  # the claim commits while its worker is stopped
             wait_for(
-                lambda: rows(dsn, "SELECT status, lease_owner FROM workflows WHERE id = %s", wid)
-                == [("running", me)],
+                lambda: (
+                    rows(dsn, "SELECT status, lease_owner FROM workflows WHERE id = %s", wid)
+                    == [("running", me)]
+                ),
                 what="the paused worker's claim to commit",
             )
             take_over_as_a_sweep_would(dsn, wid)

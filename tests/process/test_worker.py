@@ -190,9 +190,9 @@ def test_retries_exhausted_fail_with_error_kept(workers, dsn):
     )
     assert (status, attempt, finished) == ("failed", 2, True)
     assert error == "RuntimeError: always broken"
-    assert rows(
-        dsn, "SELECT step_number, status FROM workflow_steps WHERE workflow_id = %s", wid
-    ) == [(1, "failed")]
+    assert rows(dsn, "SELECT step_number, status FROM workflow_steps WHERE workflow_id = %s", wid) == [
+        (1, "failed")
+    ]
     assert counts(workers.effects(), wid) == {"only": 2}
 
 

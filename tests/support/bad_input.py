@@ -1186,8 +1186,6 @@ ROWS: list[Row] = [
 IDS = [f"{i:03d}of{len(ROWS)}-{row.name}" for i, row in enumerate(ROWS, start=1)]
 
 
-
-
 @pytest.fixture(scope="module")
 def wrong_password_role(pg_server):
     """A login role with a password (TCP clients must give it): the rows send a wrong one."""

@@ -820,5 +820,3 @@ class Worker:
             self.health_server.close()
         self._remove_health_file()
         self.log.info(f"worker {self.me.id} stopped")
-
-

@@ -226,3 +226,61 @@ class LogWindow:
 
     def new(self) -> str:
         return self.read()[self.start :]
+
+
+class Workers:
+    """Worker processes started by a test, all stopped (SIGKILL) at its end."""
+
+    def __init__(self, dsn: str, tmp: Path) -> None:
+        self.dsn = dsn
+        self.log = tmp / "effects.log"
+        self.gate = tmp / "gate"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.tmp = tmp
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = isolated_env(WFCTL_DSN=self.dsn, WFCTL_TEST_LOG=str(self.log), WFCTL_TEST_GATE=str(self.gate))
+        env.update(extra or {})
+        return env
+
+    def start(
+        self, *args: str, env: dict[str, str] | None = None, app: str = "testflows"
+    ) -> subprocess.Popen[bytes]:
+        log_path = self.tmp / f"worker{len(self.procs)}.log"
+        worker = ["worker", "--app", app, "--poll", "100ms", "--heartbeat", "200ms", "--log-format", "plain"]
+        proc = wfctl_process([*worker, *args], env=self.env(env), log_path=log_path)
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def wait_ready(self, count: int = 1) -> None:
+        """Until ``count`` workers have registered (their row: they claim from then on). A test
+        whose run has a deadline of seconds submits after this, not while a loaded machine
+        still starts the worker's process."""
+        wait_for(
+            lambda: rows(self.dsn, "SELECT count(*) FROM workers WHERE stopped_at IS NULL")[0][0] >= count,
+            what=f"{count} worker(s) to register",
+        )
+
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60, app: str = "testflows"
+    ) -> str:
+        """A --burst worker run to completion; returns its log."""
+        proc = self.start("--burst", *args, env=env, app=app)
+        code = proc.wait(timeout=timeout)
+        text = proc.log_path.read_text()  # type: ignore[attr-defined]
+        assert code == 0, text
+        return text
+
+    def wfctl(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
+        return wfctl_command(*args, env=self.env(env), timeout=timeout)
+
+    def effects(self) -> list[tuple[str, str]]:
+        # workers may be appending: a half-written last line is read next time
+        return [tuple(line.split(" ", 1)) for line in complete_lines(self.log)]  # type: ignore[misc]
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)

@@ -31,8 +31,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import servers
-from conftest import Workers
-from helpers import complete_lines, rows, wait_for
+from helpers import Workers, complete_lines, rows, wait_for
 from psycopg import conninfo
 
 from wfctl import schema

@@ -41,8 +41,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import servers
-from conftest import Workers
-from helpers import LogWindow, Result, isolated_env, rows, wait_for, wfctl_command
+from helpers import LogWindow, Result, Workers, isolated_env, rows, wait_for, wfctl_command
 
 import wfctl
 from wfctl import schema

@@ -17,10 +17,11 @@ from uuid import UUID
 
 from wfctl import jsonvalue
 from wfctl.durations import parse_duration, timeout_message, timeout_seconds
-from wfctl.errors import ChildFailed, InvalidInput, PermanentError, WaitTimeout
+from wfctl.errors import ChildFailed, InvalidInput, PermanentError, StepError, WaitTimeout
 from wfctl.journal import (
     ControlFlow,
     DeterminismError,
+    HandledFailure,
     Journal,
     Lost,
     Parked,
@@ -41,6 +42,7 @@ __all__ = [
     "Context",
     "ControlFlow",
     "DeterminismError",
+    "HandledFailure",
     "Journal",
     "Lost",
     "MemoryJournal",
@@ -84,12 +86,14 @@ class Context:
 
         The result must be JSON-serialisable; it is durably stored before the next step starts
         (or the workflow ends), and what this call returns is the stored JSON value (the same on
-        the first run and on replay).
+        the first run and on replay). If ``fn`` raises, this raises ``wfctl.StepError``: caught,
+        the failure is history (a replay raises it again here without calling ``fn``); uncaught,
+        the attempt fails and the step runs again in the next one.
         """
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
-            return cast(T, stored.output)  # the stored JSON value (untyped): what fn returned, decoded
+            return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         started = self._journal.now()
         refused = _step_name_problem(name)
@@ -98,7 +102,7 @@ class Context:
         try:
             result = fn(*args, **kwargs)
         except Exception as exc:
-            raise StepFailed(number, name, exc, started) from exc
+            raise self._failed(number, name, exc, started) from exc
         try:
             encoded = jsonvalue.dumps(result)
         except jsonvalue.UnstorableJSON as exc:
@@ -144,7 +148,7 @@ class Context:
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None:
-            return cast(T, stored.output)  # the stored JSON value (untyped): what fn returned, decoded
+            return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         refused = _step_name_problem(name)
         if refused is not None:
@@ -160,7 +164,7 @@ class Context:
             try:
                 return jsonvalue.dumps(result)
             except jsonvalue.UnstorableJSON as exc:
-                raise TypeError(
+                raise _Unstorable(
                     f"transactional step {name!r} returned a value of type {type(result).__name__} "
                     f"that cannot be stored as JSON ({exc})"
                 ) from exc
@@ -170,8 +174,17 @@ class Context:
             return cast(T, self._journal.transaction(number, name, call))
         except ControlFlow:
             raise
-        except Exception as exc:
+        except _Unstorable as exc:  # a bug, as for ctx.step: the attempt fails
             raise StepFailed(number, name, exc, started) from exc
+        except Exception as exc:  # fn raised: nothing was committed
+            raise self._failed(number, name, exc, started) from exc
+
+    def _failed(self, number: int, name: str, error: Exception, started: datetime) -> StepError:
+        """Step ``number``'s function raised ``error``: the StepError the workflow gets, told to
+        the journal (history once the workflow goes past it)."""
+        failure = HandledFailure(type(error).__name__, str(error))
+        self._journal.fail_step(number, name, failure, started)
+        return StepError(number, name, failure.error_type, failure.message)
 
     # -- coordination ---------------------------------------------------------------------------
 
@@ -356,6 +369,18 @@ def _children(
         "timeout": seconds,
         "timeout_error": timeout_message(timeout, seconds),
     }
+
+
+class _Unstorable(TypeError):
+    """A transactional step's result that cannot be stored as JSON."""
+
+
+def _replayed(stored: RecordedStep) -> Any:
+    """What a replayed step gives: its stored output, or the StepError it raised and the
+    workflow handled."""
+    if stored.failure is not None:
+        raise StepError(stored.number, stored.name, stored.failure.error_type, stored.failure.message)
+    return stored.output
 
 
 def check_label(value: object, what: str) -> str:

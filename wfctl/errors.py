@@ -72,6 +72,27 @@ class PermanentError(Exception):
     the workflow's own verdict, not a problem wfctl reports.)"""
 
 
+class StepError(Exception):
+    """``ctx.step`` or ``ctx.transaction``: the step's function raised. The workflow may catch it
+    and go on (a compensating step, say: a saga); the failure is then part of the run's history,
+    and every replay of the run raises the same ``StepError`` at the same step without calling
+    the function, so the workflow takes the same path. Uncaught, it fails the attempt as any
+    error does: retried under the workflow's policy (not at all for a ``PermanentError`` or a
+    type its ``dont_retry`` names), and the step runs again in the next attempt.
+
+    ``number`` and ``name`` are the step's, ``error_type`` and ``message`` the original
+    exception's type name and message. ``__cause__`` is the original exception in the execution
+    where the function raised (a replay has only its type name and message). (Not a
+    ``WfctlError``: it is the workflow's own failure, not a problem wfctl reports.)"""
+
+    def __init__(self, number: int, name: str, error_type: str, message: str) -> None:
+        super().__init__(f"step {number} ({name!r}) failed: {error_type}: {message}")
+        self.number = number
+        self.name = name
+        self.error_type = error_type
+        self.message = message
+
+
 class WorkflowFailed(WfctlError):
     """``wfctl.result``: the workflow ended ``failed`` (``error`` is its one-line error)."""
 

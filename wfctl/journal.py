@@ -20,10 +20,19 @@ SLEEPING = WAITS[WaitKind.SLEEP].logged({})
 
 
 @dataclass(frozen=True)
+class HandledFailure:
+    """A step that failed and whose ``StepError`` the workflow handled: what a replay raises."""
+
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True)
 class RecordedStep:
     number: int
     name: str
     output: Any  # decoded JSON
+    failure: HandledFailure | None = None  # the step failed and the workflow went on
 
 
 class Journal(Protocol):
@@ -43,6 +52,12 @@ class Journal(Protocol):
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
         """Store step ``number``'s result durably. It may return before the commit: the next
         ``boundary``, ``park`` or the run's end waits for it (and raises Lost if it failed)."""
+
+    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
+        """Step ``number``'s function raised, and its StepError goes to the workflow. Stored as
+        the run's history (what a replay raises) once the workflow goes past it: its next step,
+        wait or end; not stored when that StepError itself ends the attempt, so that the step
+        runs again in the next attempt."""
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         """Store the sleep step and make the workflow runnable again at ``wake_at``."""
@@ -87,7 +102,9 @@ class Parked(ControlFlow):
 
 
 class StepFailed(ControlFlow):
-    """A step raised: the attempt fails. The original exception is ``__cause__``."""
+    """A step the database cannot store (a name it refuses, a result that is no JSON): the
+    attempt fails, and the workflow cannot catch it (a step whose function raised is a
+    ``wfctl.StepError`` instead). The original exception is ``__cause__``."""
 
     def __init__(self, number: int, name: str, error: BaseException, started_at: datetime) -> None:
         super().__init__(f"step {number} ({name!r}) failed: {type(error).__name__}: {error}")

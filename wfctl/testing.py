@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from wfctl.journal import Parked, RecordedStep
+from wfctl.journal import HandledFailure, Parked, RecordedStep
 from wfctl.operations import OPERATIONS, WAITS, Op, WaitKind, operation
 from wfctl.words import FINISHED
 
@@ -35,6 +35,10 @@ class MemoryJournal:
         self.connection: Any = None  # what ctx.transaction's fn receives (a test may set one)
         # the wait the run last parked in: (step number, step name), as the worker records it
         self.waiting: tuple[int, str] | None = None
+        # a step whose StepError went to the workflow: kept in ``steps`` (history) once the
+        # workflow goes past it, as the worker does; an uncaught StepError leaves it here, and
+        # the step runs again when the workflow function is called again
+        self.failed_step: RecordedStep | None = None
 
     def recorded(self, number: int) -> RecordedStep | None:
         return self.steps.get(number)
@@ -45,12 +49,22 @@ class MemoryJournal:
         return self.waiting[1]
 
     def boundary(self) -> None:
-        return None
+        self._keep_failed()
+
+    def _keep_failed(self) -> None:
+        failed, self.failed_step = self.failed_step, None
+        if failed is not None:
+            self.steps[failed.number] = failed
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+        self._keep_failed()
         self.steps[number] = RecordedStep(number, name, json.loads(output_json))
 
+    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
+        self.failed_step = RecordedStep(number, name, None, failure)
+
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        self._keep_failed()
         self.steps[number] = RecordedStep(number, name, json.loads(output_json))
         self.parked_until = wake_at
 
@@ -61,11 +75,13 @@ class MemoryJournal:
         return self.clock()
 
     def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+        self._keep_failed()
         output = json.loads(fn(self.connection))
         self.steps[number] = RecordedStep(number, name, output)
         return output
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
+        self._keep_failed()
         play = _PLAYS.get(operation(op).op)
         if play is None:
             raise ValueError(f"MemoryJournal cannot play coordination step {op!s}")

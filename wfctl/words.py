@@ -19,6 +19,10 @@ COMPLETED: Final = "completed"
 FAILED: Final = "failed"
 CANCELLED: Final = "cancelled"
 
+#: A step whose function raised and whose StepError the workflow handled (workflow_steps.status;
+#: a step that failed its attempt is ``failed``, one that returned is ``completed``).
+HANDLED: Final = "handled"
+
 #: The words workflows.status may hold, in life-cycle order.
 STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)
 #: The statuses a workflow ends in (prune removes only these).

@@ -135,10 +135,13 @@ claimed AS (
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_epoch, w.attempt, w.max_retries,
               w.current_step, w.deadline_at, w.deadline_error,
               CASE WHEN w.current_step > 0 THEN (
-                  SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data)
+                  -- a handled step (its function raised, the workflow caught the StepError)
+                  -- is history too: its output is the error's type and message
+                  SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data,
+                                                   s.status = 'handled')
                                   ORDER BY s.step_number)
                   FROM workflow_steps s
-                  WHERE s.workflow_id = w.id AND s.status = 'completed'
+                  WHERE s.workflow_id = w.id AND s.status IN ('completed', 'handled')
               ) END AS journal,
               (SELECT wfctl_now()) AS db_now, w.created_at,
               -- the frontier's key: where in the runnable index this run was

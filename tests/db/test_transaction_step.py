@@ -19,16 +19,16 @@ from psycopg import conninfo
 from support.transaction_step import ledger, steps
 
 import wfctl
-from wfctl.context import Context, MemoryJournal, RecordedStep, StepFailed
+from wfctl.context import Context, MemoryJournal, RecordedStep
 from wfctl.worker.transactions import Fenced, TransactionPool, run_step
 
 
 def test_steps_do_not_nest_in_memory_either() -> None:
     ctx = Context("wf-1", "t", None, 1, MemoryJournal())
-    with pytest.raises(StepFailed) as info:
+    with pytest.raises(wfctl.StepError) as info:
         ctx.transaction("outer", lambda conn: ctx.step("inner", lambda: 1))
-    assert isinstance(info.value.error, wfctl.PermanentError)
-    assert "inside the function of transactional step 'outer'" in str(info.value.error)
+    assert isinstance(info.value.__cause__, wfctl.PermanentError)  # uncaught: the run fails at once
+    assert "inside the function of transactional step 'outer'" in info.value.message
     assert ctx.step("after", lambda: 2) == 2  # the context is usable again afterwards
 
 

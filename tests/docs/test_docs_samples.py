@@ -120,10 +120,12 @@ def test_exception_table_matches_the_exit_codes():
     # PermanentError is the workflow's own verdict, not an error wfctl reports: documented with
     # the decorator, not in this table; ChildFailed (a PermanentError, raised inside a workflow)
     # has a row without an exit code
+    # and StepError (raised inside a workflow, to the workflow) has one too
     verdicts = {name for name in exported if issubclass(getattr(wfctl, name), wfctl.PermanentError)}
-    assert set(table) == exported - {"WfctlError"} - verdicts
+    assert set(table) == exported - {"WfctlError", "StepError"} - verdicts
     assert "`wfctl.PermanentError`" in EXIT_CODES.read_text()
     assert "| `wfctl.ChildFailed` | `PermanentError` |" in EXIT_CODES.read_text()
+    assert "| `wfctl.StepError` | `Exception` |" in EXIT_CODES.read_text()
     for name, (parents, code) in table.items():
         cls = getattr(wfctl, name)
         assert exits.code_for(cls.__new__(cls)) == code, name  # code_for reads only the class

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import wfctl
 from wfctl.context import (
     Context,
     DeterminismError,
@@ -41,17 +42,18 @@ def test_renamed_step_is_a_determinism_error():
         make(journal).step("ship", lambda: None)
 
 
-def test_step_exception_becomes_step_failed_not_catchable_as_exception():
+def test_a_step_exception_becomes_a_step_error_the_workflow_may_catch():
     def broken() -> None:
         raise ValueError("nope")
 
     ctx = make(MemoryJournal())
-    with pytest.raises(StepFailed) as info:
-        try:
-            ctx.step("broken", broken)
-        except Exception:  # a workflow's own except Exception must not swallow it
-            pytest.fail("StepFailed was caught as an Exception")
-    assert info.value.number == 1 and isinstance(info.value.error, ValueError)
+    try:
+        ctx.step("broken", broken)
+    except Exception as caught:  # a workflow's own except Exception handles it
+        assert isinstance(caught, wfctl.StepError)
+        assert caught.number == 1 and isinstance(caught.__cause__, ValueError)
+    else:
+        pytest.fail("the step's exception did not reach the workflow")
 
 
 def test_non_json_result_names_step_and_type():

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 from wfctl.durations import format_duration
 from wfctl.printable import INVISIBLE, printable
 from wfctl.storedjson import Unreadable
-from wfctl.words import CANCELLED, COMPLETED, FAILED, PENDING, RUNNING
+from wfctl.words import CANCELLED, COMPLETED, FAILED, HANDLED, PENDING, RUNNING
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
 PIPE_WIDTH = 200
@@ -199,6 +199,7 @@ STATUS_STYLES = {
     COMPLETED: "green",
     FAILED: "bold red",
     CANCELLED: "dim",
+    HANDLED: "magenta",  # a step that failed and whose StepError the workflow handled
     "live": "green",
     "dead": "bold red",
     "stopped": "dim",

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from wfctl.queries import composed
-from wfctl.words import COMPLETED, FAILED, PENDING, RUNNING
+from wfctl.words import COMPLETED, FAILED, HANDLED, PENDING, RUNNING
 from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
 #: "timeout": the run failed at its deadline, with its deadline error: the one write the
@@ -144,7 +144,7 @@ def _text_array(values: list[str | None]) -> str:
     )
 
 
-def _storable_text(value: str | None) -> str | None:
+def storable_text(value: str | None) -> str | None:
     """Text columns cannot hold U+0000 and UTF-8 cannot carry a lone surrogate: an exception
     message or a step name with either must not sink the group commit it travels in."""
     if value is None or (value.isascii() and "\x00" not in value):
@@ -197,6 +197,8 @@ def _step_row(t: Target, r: Request, *, failed: bool = False) -> None:
     t.step, t.step_name, t.step_started = r.step, r.name, r.started
     if failed:
         t.step_status, t.step_error = FAILED, r.error
+    elif r.error is not None:  # a step whose StepError the workflow handled: its history
+        t.step_status, t.step_output, t.step_error = HANDLED, r.output, r.error
     else:
         t.step_status, t.step_output = COMPLETED, r.output
 
@@ -223,8 +225,8 @@ def target(group: tuple[Request, ...]) -> Target:
             t.expect = last.expect
     elif kind == "fail":
         t.status = FAILED if last.final else PENDING
-        t.set_error, t.error = True, _storable_text(last.error)
-        t.traceback, t.outcome = _storable_text(last.traceback), "error"
+        t.set_error, t.error = True, storable_text(last.error)
+        t.traceback, t.outcome = storable_text(last.traceback), "error"
         t.attempt_inc = 0 if last.final else 1
         t.run_delay = _clamp(last.delay) or 0.0
         t.finish = last.final
@@ -233,7 +235,7 @@ def target(group: tuple[Request, ...]) -> Target:
     elif kind == "release":
         t.status, t.run_delay, t.outcome = PENDING, 0.0, "released"
     elif kind == "timeout":
-        t.status, t.set_error, t.error, t.traceback = FAILED, True, _storable_text(last.error), None
+        t.status, t.set_error, t.error, t.traceback = FAILED, True, storable_text(last.error), None
         t.finish, t.outcome, t.timeout = True, "error", True
     return t
 
@@ -311,11 +313,11 @@ def _write(
         "finish": _array([t.finish for t in rows]),
         "attempts": _array([t.attempt for t in rows]),
         "steps": _array([t.step for t in rows]),
-        "names": _text_array([_storable_text(t.step_name) for t in rows]),
+        "names": _text_array([storable_text(t.step_name) for t in rows]),
         "step_status": _text_array([t.step_status for t in rows]),
         "outputs": _text_array([t.step_output for t in rows]),
         "started": _array([t.step_started for t in rows]),
-        "step_errors": _text_array([_storable_text(t.step_error) for t in rows]),
+        "step_errors": _text_array([storable_text(t.step_error) for t in rows]),
         "tracebacks": _text_array([t.traceback for t in rows]),
         "outcomes": _text_array([t.outcome for t in rows]),
         "timeouts": _array([t.timeout for t in rows]),

@@ -13,7 +13,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from wfctl import storedjson
-from wfctl.context import RecordedStep
+from wfctl.context import HandledFailure, RecordedStep
 from wfctl.operations import WAIT_STEP, recv_step_name
 from wfctl.queries import q, spliced
 
@@ -32,7 +32,7 @@ class ClaimRow:
     current_step: int | None
     deadline_at: datetime | None
     deadline_error: str | None
-    journal: list[list[Any]] | None  # [[number, name, output], ...] of the completed steps
+    journal: list[list[Any]] | None  # [[number, name, output, handled], ...]: completed, handled steps
     db_now: datetime
     created_at: datetime | None  # the workflow's (None on the rate's row)
     priority: int | None
@@ -261,11 +261,19 @@ def claim(
 
 
 def _journal(value: Any) -> dict[int, RecordedStep]:
-    """The completed steps of a claim's journal column (empty when it cannot be read: the run
-    is then not run, see ``_unreadable``)."""
+    """The steps of a claim's journal column, completed or failed and handled (empty when it
+    cannot be read: the run is then not run, see ``_unreadable``)."""
     if not isinstance(value, list):
         return {}
-    return {int(number): RecordedStep(int(number), name, output) for number, name, output in value}
+    return {int(row[0]): _recorded(int(row[0]), row[1], row[2], row[3]) for row in value}
+
+
+def _recorded(number: int, name: str, output: Any, handled: bool) -> RecordedStep:
+    if not handled:
+        return RecordedStep(number, name, output)
+    stored = output if isinstance(output, dict) else {}
+    failure = HandledFailure(str(stored.get("type", "Exception")), str(stored.get("message", "")))
+    return RecordedStep(number, name, None, failure)
 
 
 def _unreadable(row: ClaimRow) -> str | None:

@@ -9,6 +9,7 @@ the database takes past it), unless the deadline duty failed it first.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import traceback
@@ -22,17 +23,18 @@ from wfctl.context import (
     Context,
     ControlFlow,
     DeterminismError,
+    HandledFailure,
     Lost,
     Parked,
     RecordedStep,
     Released,
     StepFailed,
 )
-from wfctl.errors import PermanentError, WaitTimeout
+from wfctl.errors import PermanentError, StepError, WaitTimeout
 from wfctl.operations import Op, operation
 from wfctl.registry import WorkflowType
 from wfctl.worker.calls import Call
-from wfctl.worker.checkpoints import Kind, Request
+from wfctl.worker.checkpoints import Kind, Request, storable_text
 from wfctl.worker.claims import Claimed
 from wfctl.worker.lease import Leases
 from wfctl.worker.log import WorkerLog
@@ -108,6 +110,10 @@ class Execution:
         # it commits, and the next step (or the end of the run) waits for it. A checkpoint that
         # is still queued when the run completes travels in the same row as the completion.
         self._pending: Request | None = None
+        # A step whose StepError the workflow got, not yet stored: stored (history a replay
+        # raises again) once the workflow goes past it; dropped when that StepError ends the
+        # attempt, so that the step runs again in the next one.
+        self._handled: Request | None = None
         # the last step this execution knows to be checkpointed (or sent): a completion is
         # only committed when the database shows it, so a run never completes without its steps
         self._last_step = claimed.current_step
@@ -145,6 +151,7 @@ class Execution:
     def boundary(self) -> None:
         if self.lost:
             raise Lost()
+        self._keep_handled()
         self._settle()
         if self._stopping.is_set():
             raise Released()
@@ -184,6 +191,7 @@ class Execution:
     def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
         """A transactional step (wfctl/worker/transactions.py): ``fn`` and the checkpoint in one
         transaction on a pooled connection, fenced by this execution's epoch."""
+        self._keep_handled()
         self._settle()
         if self._transactions is None:
             raise RuntimeError("this worker has no connection pool for transactional steps")
@@ -202,6 +210,7 @@ class Execution:
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run a coordination step in the database (wfctl/worker/calls.py) and wait for it."""
+        self._keep_handled()
         self._settle()
         c = self.claimed
         described = operation(op)
@@ -251,13 +260,39 @@ class Execution:
     def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
         if self.lost:
             raise Lost()
+        self._keep_handled()
+        step = self._request("step", step=number, name=name, output=output_json, started=started_at)
+        self._checkpoint(step)
+
+    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
+        message = (storable_text(failure.message) or "")[:MAX_ERROR_CHARS]
+        self._handled = self._request(
+            "step",
+            step=number,
+            name=name,
+            output=json.dumps({"type": failure.error_type, "message": message}),
+            error=f"{failure.error_type}: {message}"[:MAX_ERROR_CHARS],
+            started=started_at,
+        )
+
+    def _keep_handled(self) -> None:
+        """The workflow went past a step whose StepError it caught: that failure is now its
+        history, checkpointed before anything it does next."""
+        handled, self._handled = self._handled, None
+        if handled is not None:
+            self._checkpoint(handled)
+
+    def _checkpoint(self, request: Request) -> None:
+        """Send a step's checkpoint once the one before it committed; the next step, wait or
+        end of the run waits for this one."""
         self._settle()
-        request = self._request("step", step=number, name=name, output=output_json, started=started_at)
         self._send(request)
         self._pending = request
-        self._last_step = number
+        assert request.step is not None
+        self._last_step = request.step
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
+        self._keep_handled()
         self._settle()
         if not self._write(
             "park",
@@ -272,6 +307,7 @@ class Execution:
         self._last_step = number
 
     def repark(self, wake_at: datetime) -> None:
+        self._keep_handled()
         self._settle()
         if not self._write("park", wake=wake_at, terminal=True):
             raise Lost()
@@ -286,6 +322,7 @@ class Execution:
         """Send a write and wait until it is committed; False when it was fenced out."""
         if kind != "complete":
             try:
+                self._keep_handled()
                 self._settle()
             except Lost:
                 if kind != "timeout":  # a refused checkpoint does not stop the timeout
@@ -329,6 +366,7 @@ class Execution:
                 )
                 self._fail(message, None, began)
                 return
+            self._keep_handled()  # a failure the workflow caught before it returned
             if self._write("complete", result=output, terminal=True, expect=self._last_step):
                 self.outcome = "completed"
                 self._log.event("completed", self.id, duration=_secs(began), **fields)
@@ -355,12 +393,38 @@ class Execution:
         except StepFailed as exc:
             error = exc.error
             self._fail(
-                describe_error(error), format_traceback(error), began, final=self._permanent(error), step=exc
+                describe_error(error),
+                format_traceback(error),
+                began,
+                final=self._permanent(error),
+                step=(exc.number, exc.name, exc.started_at),
             )
+        except StepError as exc:
+            self._uncaught(exc, began)
         except Exception as exc:
             self._fail(describe_error(exc), format_traceback(exc), began, final=self._permanent(exc))
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... from workflow code
             self._fail(describe_error(exc), format_traceback(exc), began)
+
+    def _uncaught(self, exc: StepError, began: float) -> None:
+        """A StepError left the workflow function. Raised by the step the run is at, with
+        nothing done since: the workflow did not handle it, so the attempt fails as the step's
+        error (a ``failed`` step row; the step runs again in the next attempt). Otherwise (caught
+        and raised again later, or raised again by a replay) it is an error like any other."""
+        handled, self._handled = self._handled, None
+        if handled is not None and handled.step == exc.number:
+            assert handled.name is not None and handled.started is not None
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            self._fail(
+                describe_error(cause),
+                format_traceback(cause),
+                began,
+                final=self._permanent(cause),
+                step=(handled.step, handled.name, handled.started),
+            )
+            return
+        self._handled = handled
+        self._fail(describe_error(exc), format_traceback(exc), began, final=self._permanent(exc))
 
     def _permanent(self, error: BaseException) -> bool:
         """Not to be retried: a ``wfctl.PermanentError``, or a type the workflow's
@@ -374,7 +438,7 @@ class Execution:
         began: float,
         *,
         final: bool = False,
-        step: StepFailed | None = None,
+        step: tuple[int, str, datetime] | None = None,  # the step that failed: number, name, start
     ) -> None:
         c = self.claimed
         final = final or c.attempt > c.max_retries
@@ -386,14 +450,14 @@ class Execution:
             "traceback": trace,
         }
         if step is not None:
-            values.update(step=step.number, name=step.name, started=step.started_at)
+            values.update(step=step[0], name=step[1], started=step[2])
         ok = self._write("fail", terminal=True, **values)
         if not ok:
             self._refused(began)
             return
         fields = {"type": c.workflow_type, "attempt": c.attempt, "duration": _secs(began)}
         if step is not None:
-            fields["step"] = f"{step.number} {step.name}"
+            fields["step"] = f"{step[0]} {step[1]}"
         if final:
             self.outcome = "failed"
             self._log.event("failed", f"{self.id} {summary}", level="error", **fields)

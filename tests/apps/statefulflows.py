@@ -10,6 +10,9 @@ Kinds:
   workflow code, which ``ctx.step`` does not catch);
 - ``base``: raises ``Abort``, a ``BaseException`` of its own, while ``ctx.attempt <= arg``;
 - ``fatal``: raises ``wfctl.PermanentError``: the run fails at once, without retries;
+- ``saga``: raises ``RuntimeError`` every time; the workflow catches the ``wfctl.StepError`` and
+  runs an ``undo`` step: two step numbers (the handled failure, then the undo), and the item's
+  output is the undo's;
 - ``gate``: blocks until the file ``$WFCTL_SF_GATES/<workflow id>`` (or ``$WFCTL_SF_GATES/ALL``)
   exists, so the test can hold one specific run inside a step and release it; with an ``arg``
   k > 0, the file ``<workflow id>-k`` opens this gate alone (the others of the run stay shut);
@@ -104,6 +107,8 @@ def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: An
         raise Abort(f"step {number} aborts on attempt {attempt}")
     if kind == "fatal":
         raise wfctl.PermanentError(f"step {number} fails for good")
+    if kind == "saga":
+        raise RuntimeError(f"step {number} fails, to be undone")
     if kind == "gate":
         while not gate_open(wid, arg):
             time.sleep(0.01)
@@ -156,6 +161,13 @@ def run_items(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
             events += 1
             ctx.set_event(EVENT_KEY, events)
             outputs.append(events)
+        elif kind == "saga":
+            try:
+                ctx.step(f"s{number}-saga", run_step, wid, number, "saga", ctx.attempt, epoch, arg)
+            except wfctl.StepError:
+                number += 1
+                undo = ctx.step(f"s{number}-undo", run_step, wid, number, "undo", ctx.attempt, epoch, 0)
+                outputs.append(undo)
         elif kind == "children":
             specs, catch, together = arg
             if together:

@@ -18,7 +18,8 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   (``timeout`` 1s or 2s on submit, so it passes while the run runs, is parked or waits to be
   claimed). Its 1-4 steps each succeed,
   raise, ``sys.exit``, raise another ``BaseException``, sleep durably (200ms, 500ms, 2s), hang on
-  a gate file of their own, have a name the database would refuse, or coordinate: ``ctx.recv``
+  a gate file of their own, have a name the database would refuse, fail and be undone (a saga:
+  the workflow catches the ``StepError`` and runs an undo step), or coordinate: ``ctx.recv``
   on topic t0 or t1 (without a timeout, or 300ms, 1s), ``ctx.set_event("progress", n)``, or
   ``ctx.start_child`` of 1-3 short children (which succeed, fail once or for good, sleep, wait
   300ms for a message or publish an event; one step each, or all in one ``ctx.start_children``
@@ -198,11 +199,13 @@ parked on a topic where none waits, as the outside world would, until drained):
 
 1. every workflow is terminal within 45s (completed, failed or cancelled; every sleep is at
    most 2s, so a parked run has woken and finished by then), children included;
-2. also: no step whose completed checkpoint was written under epoch e ran again under a later
-   epoch granted before a ``retry --from-step`` deleted that checkpoint;
-3. also: every step row's epoch is one the workflow had, and every completed checkpoint is the
-   nonce of an execution logged under the same epoch and attempt; a completed workflow has all
-   its steps checkpointed, ``current_step`` at its last, and returned exactly their outputs;
+2. also: no step whose completed checkpoint (or handled failure: a saga's) was written under
+   epoch e ran again under a later epoch granted before a ``retry --from-step`` deleted it;
+3. also: every step row's epoch is one the workflow had, every completed checkpoint is the
+   nonce of an execution logged under the same epoch and attempt, and every handled failure
+   was raised by an execution under them; a completed workflow has all its steps checkpointed
+   (a saga's failure ``handled``, the rest ``completed``), ``current_step`` at its last, and
+   returned exactly their outputs;
    A completed run returned the payloads its recv steps took (None for a timeout), its event
    counters, and per children item its children's outputs (or the first failed child, caught),
    which are what those children (its start_child steps' ids, running the specs it gave) ended
@@ -555,6 +558,8 @@ def engine_steps(spec: list[list[Any]]) -> list[tuple[str, int]]:
             out.append((kind, index))
         elif kind == "patch":  # the deploy's patch: its marker, then its effect
             out += [("marker", index), ("effect", index)]
+        elif kind == "saga":  # its failure, which the workflow handles, then the undo
+            out += [("handled", index), ("effect", index)]
         else:
             out.append(("effect", index))
     return out
@@ -611,6 +616,7 @@ STEP = st.one_of(
     st.just(["gate", 0]),
     st.tuples(st.just("sleep"), st.sampled_from(["200ms", "500ms", "2s"])).map(list),
     st.just(["long", 0]),
+    st.just(["saga", 0]),
     COORD_STEP,
 )
 SPEC = st.lists(STEP, min_size=1, max_size=4)
@@ -2182,7 +2188,8 @@ class StatefulEngine(RuleBasedStateMachine):
             "  jsonb_array_elements(p.output_data -> 'outputs') o WHERE p.status = 'completed'"
             "  AND jsonb_typeof(o) = 'object' AND o ? 'caught'"
             " UNION ALL SELECT 'events_set', count(*) FROM workflow_events"
-            " UNION ALL SELECT 'patches_taken', count(*) FROM workflow_steps WHERE step_name = %(marker)s",
+            " UNION ALL SELECT 'patches_taken', count(*) FROM workflow_steps WHERE step_name = %(marker)s"
+            " UNION ALL SELECT 'failures_handled', count(*) FROM workflow_steps WHERE status = 'handled'",
             {"marker": PATCH_MARKER},
         ):
             figures[name] += count
@@ -3070,7 +3077,7 @@ def final_check_list(
             by_step[(row[0], row[1])].append(row)
         for key, past in by_step.items():
             for i, (_w, _n, seq, _txid, op, status, epoch) in enumerate(past):
-                if op == "DELETE" or status != "completed":
+                if op == "DELETE" or status not in ("completed", "handled"):  # a handled failure is history
                     continue
                 until = None
                 for later in past[i + 1 :]:
@@ -3103,6 +3110,12 @@ def final_check_list(
                     f"invariant 3: checkpoint {wid} #{number} = {output!r}, written under epoch {epoch} "
                     f"attempt {attempt}, is the output of the execution(s) under {producers}"
                 )
+            if status == "handled":  # a saga's failure: an execution under that epoch raised it
+                raised = {(e.epoch, e.attempt) for e in ran[(wid, number)]}
+                assert what == "handled" and (epoch, attempt) in raised, (
+                    f"invariant 3: handled failure {wid} #{number} ({what}), written under epoch {epoch} "
+                    f"attempt {attempt}; the step ran under {sorted(raised)}"
+                )
 
     def expected_outputs(wid: str) -> list[Any]:
         """What a completed run returns, by its step rows (and its children's rows)."""
@@ -3113,6 +3126,9 @@ def final_check_list(
             number += 1
             if kind == "patch":  # its marker, then its effect; the run returns neither
                 number += 1
+            elif kind == "saga":  # the handled failure, then the undo, whose output it returns
+                number += 1
+                out.append(rows[number][2])
             elif kind == "sleep":
                 out.append(None)
             elif kind == "recv":
@@ -3165,7 +3181,8 @@ def final_check_list(
                 f"invariant 3: {wid} completed with steps {sorted(rows)} (current_step {current}) "
                 f"of {len(plan)}"
             )
-            assert all(r[1] == "completed" for r in rows.values()), f"{wid} completed with a failed step row"
+            wanted = {n: "handled" if w == "handled" else "completed" for n, (w, _i) in enumerate(plan, 1)}
+            assert {n: r[1] for n, r in rows.items()} == wanted, f"{wid} completed with step rows {rows}"
             expected = expected_outputs(wid)
             assert output == {"outputs": expected}, (
                 f"invariant 3: {wid} returned {output}, its checkpoints say {expected}"

@@ -83,10 +83,11 @@ def seed(dsn: str) -> dict[str, str]:
             steps = 3 if status == "completed" else 1
             conn.execute(
                 "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data,"
-                " started_at, completed_at, attempt, lease_epoch)"
-                " SELECT %s, n, (ARRAY['one', 'two', 'three'])[n], 'completed', to_jsonb(n),"
-                " now(), now(), 1, 2 FROM generate_series(1, %s) n",
-                (ids[status], steps),
+                " started_at, completed_at, attempt, lease_epoch, workflow_created_at)"
+                " SELECT w.id, n, (ARRAY['one', 'two', 'three'])[n], 'completed', to_jsonb(n),"
+                " now(), now(), 1, 2, w.created_at FROM workflows w, generate_series(1, %s) n"
+                " WHERE w.id = %s",
+                (steps, ids[status]),
             )
     return ids
 
@@ -214,11 +215,13 @@ def unreachable() -> str:
 
 
 def partitioned(ctx: Ctx) -> None:
-    """The seeded database converted to the partitioned layout (its live worker stopped)."""
+    """The seeded database in the partitioned layout, every 1 day (converted, its live worker
+    stopped, unless the run's databases are in that layout already)."""
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         conn.execute("UPDATE workers SET stopped_at = now()")
-        with conn.transaction():
-            conn.execute("SELECT wfctl_partition_convert(interval '1 day')")
+        if conn.execute("SELECT wfctl_partition_interval()").fetchone() == (None,):
+            with conn.transaction():
+                conn.execute("SELECT wfctl_partition_convert(interval '1 day')")
 
 
 D = ("--dsn", "<dsn>")

@@ -1,0 +1,155 @@
+"""A run named by its business key, the idempotency key it was submitted with
+(``wfctl.result(..., key=...)``, ``wfctl.send(..., to_key=...)``), what the key lookup costs, and
+what it does when two runs share a key (possible only in the partitioned layout)."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from helpers import rows
+from support import run_states as states
+
+import wfctl
+from wfctl import keys
+from wfctl.queries import q
+
+
+def test_result_and_send_by_key_reach_the_run_with_that_key(dsn, conn):
+    done = states.submitted(dsn, "ship-done", "order-done")
+    states.completed(conn, states.claim(conn, "ship-done"), {"tracking": "ZX-1"})
+    assert wfctl.result(dsn, key="order-done") == {"tracking": "ZX-1"}
+    broken = states.submitted(dsn, "ship-failed", "order-failed")
+    states.failed(conn, states.claim(conn, "ship-failed"), "ValueError: no address")
+    with pytest.raises(wfctl.WorkflowFailed) as failed:
+        wfctl.result(dsn, key="order-failed")
+    assert failed.value.workflow_id == broken
+    waiting = states.submitted(dsn, "approve", "order-7")
+    states.on_a_message(conn, states.claim(conn, "approve"), "approval", timeout=None)
+    first = wfctl.send(dsn, topic="approval", payload={"ok": True}, to_key="order-7", key="msg-1")
+    assert wfctl.send(dsn, None, "approval", {"ok": False}, to_key="order-7", key="msg-1") == first
+    assert rows(dsn, "SELECT workflow_id, payload FROM workflow_messages") == [(waiting, {"ok": True})]
+    with pytest.raises(wfctl.InvalidState, match="takes no more messages"):
+        wfctl.send(dsn, topic="approval", to_key="order-done")
+    assert done != waiting
+
+
+def test_an_unknown_key_is_not_found_and_named_escaped(dsn):
+    for call in (
+        lambda key: wfctl.result(dsn, key=key, timeout=0),
+        lambda key: wfctl.send(dsn, topic="approval", to_key=key),
+    ):
+        with pytest.raises(wfctl.NotFound) as found:
+            call("no-such-order")
+        assert str(found.value) == "no workflow with idempotency key 'no-such-order'"
+        with pytest.raises(wfctl.NotFound) as escaped:
+            call("evil\x1b[2J\u202ekey\n")
+        assert str(escaped.value) == "no workflow with idempotency key 'evil\\x1b[2J\\u202ekey\\x0a'"
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+
+
+def test_an_id_and_a_key_together_or_neither_is_invalid_input(dsn):
+    wid = states.submitted(dsn, "ship", "order-7")
+    with pytest.raises(wfctl.InvalidInput, match="not both"):
+        wfctl.result(dsn, wid, key="order-7")
+    with pytest.raises(wfctl.InvalidInput, match=r"^name the workflow by its id or by key=$"):
+        wfctl.result(dsn)
+    with pytest.raises(wfctl.InvalidInput, match="not both"):
+        wfctl.send(dsn, wid, "approval", to_key="order-7")
+    with pytest.raises(wfctl.InvalidInput, match=r"^name the workflow by its id or by to_key=$"):
+        wfctl.send(dsn, topic="approval")
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+def many_keyed_runs(conn: psycopg.Connection[Any], count: int = 20_000) -> None:
+    """``count`` runs keyed order-1 ... order-N (every third without a key), created a second
+    apart; statistics fresh."""
+    conn.execute(
+        "INSERT INTO workflows (workflow_type, idempotency_key, created_at)"
+        " SELECT 'bulk', CASE WHEN n %% 3 = 0 THEN NULL ELSE 'order-' || n END,"
+        " now() - n * interval '1 second' FROM generate_series(1, %s) n",
+        (count,),
+    )
+    conn.execute("ANALYZE workflows")
+
+
+def plan(conn: psycopg.Connection[Any], block: str, params: dict[str, Any]) -> str:
+    found = conn.execute(b"EXPLAIN " + q(block).encode(), params).fetchall()
+    return "\n".join(r[0] for r in found)
+
+
+def key_index(layout: str) -> str:
+    return "workflows_idempotency_key_key" if layout == "default" else "idempotency"
+
+
+def test_the_lookup_by_key_uses_the_key_index(conn, layout):
+    many_keyed_runs(conn)
+    found = plan(conn, "keys.runs", {"key": "order-77", "limit": keys.NAMED + 1})
+    assert "Index Scan" in found and key_index(layout) in found, found
+    if layout == "default":  # the partitioned layout's empty partitions may be read whole
+        assert "Seq Scan" not in found, found
+
+
+# -- two runs with one key ------------------------------------------------------------------------
+
+
+def shared_key(dsn: str) -> tuple[UUID, UUID]:
+    """Two runs with the key 'order-7': the second took it by an UPDATE, which the partitioned
+    layout's trigger (BEFORE INSERT) does not see; returns (older, newer)."""
+    older = states.submitted(dsn, "ship", "order-7")
+    newer = states.submitted(dsn, "ship", "order-8")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE workflows SET idempotency_key = 'order-7' WHERE id = %s", (newer,))
+    return older, newer
+
+
+@pytest.mark.parametrize("layout", ["partitioned"], indirect=True)
+def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
+    older, newer = shared_key(dsn)
+    before = rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id")
+    named = f"idempotency key 'order-7' names more than one workflow ({newer}, {older}, newest first): "
+    named += "name one by its id"
+    for call in (
+        lambda: wfctl.result(dsn, key="order-7", timeout=0),
+        lambda: wfctl.send(dsn, topic="approval", to_key="order-7"),
+    ):
+        with pytest.raises(wfctl.InvalidState) as refused:
+            call()
+        assert str(refused.value) == named
+    assert rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id") == before
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+    wfctl.send(dsn, older, "approval")  # each by its id
+    assert rows(dsn, "SELECT workflow_id FROM workflow_messages") == [(older,)]
+
+
+@pytest.mark.parametrize("layout", ["default"], indirect=True)
+def test_the_default_layout_cannot_give_two_runs_one_key(dsn, layout):
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        shared_key(dsn)
+    with pytest.raises(wfctl.WaitTimeout):
+        wfctl.result(dsn, key="order-7", timeout=0)
+
+
+# -- who may look a key up ------------------------------------------------------------------------
+
+
+def test_a_lookup_by_key_reads_the_runs_which_a_submit_role_may_not(jobs, dsn):
+    """A role given --grant-submit reaches a run by its id only (through functions); naming it
+    by its key reads the workflows table, which --grant-worker may."""
+    roles, names = jobs
+    wid = states.submitted(dsn, "ship", "order-7")
+    as_submit = roles.dsn_of(names["submit"])
+    with pytest.raises(wfctl.WaitTimeout):
+        wfctl.result(as_submit, wid, timeout=0)  # by id: allowed
+    with pytest.raises(wfctl.PermissionDenied):
+        wfctl.result(as_submit, key="order-7", timeout=0)
+    with pytest.raises(wfctl.PermissionDenied):
+        wfctl.send(as_submit, topic="approval", to_key="order-7")
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+    with pytest.raises(wfctl.WaitTimeout):
+        wfctl.result(roles.dsn_of(names["worker"]), key="order-7", timeout=0)

@@ -22,6 +22,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
+from wfctl import keys
 from wfctl.durations import interval_text
 from wfctl.errors import InvalidInput, NotFound
 from wfctl.operations import WAIT_KINDS
@@ -288,14 +289,35 @@ def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
         return detail
 
 
-def _detail(
-    conn: Conn, ident: UUID, *, json_loads: Callable[[str | bytes], Any] | None = None
-) -> WorkflowDetail:
+def workflow_row(
+    conn: Conn,
+    workflow_id: UUID | None,
+    key: str | None = None,
+    *,
+    json_loads: Callable[[str | bytes], Any] | None = None,
+) -> Row:
+    """The workflow's row as ``show`` reads it (its wait folded into ``waiting_for``, its
+    parent, deadline and durations), named by its id or by ``key``, its idempotency key (in one
+    snapshot), its JSON decoded with ``json_loads`` (None: the connection's decoder); NotFound
+    when there is no such workflow."""
+    keys.check_one(workflow_id, key)
+    with _snapshot(conn):
+        return _workflow(conn, keys.run_id(conn, workflow_id, key), json_loads)
+
+
+def _workflow(conn: Conn, ident: UUID, json_loads: Callable[[str | bytes], Any] | None) -> Row:
     found = _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads)
     if not found:
         raise NotFound(f"no workflow with id {ident}")
     workflow = found[0]
     waiting_for(workflow)
+    return workflow
+
+
+def _detail(
+    conn: Conn, ident: UUID, *, json_loads: Callable[[str | bytes], Any] | None = None
+) -> WorkflowDetail:
+    workflow = _workflow(conn, ident, json_loads)
     by_id = {"id": ident}
     return WorkflowDetail(
         workflow=workflow,

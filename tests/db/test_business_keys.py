@@ -1,6 +1,7 @@
 """A run named by its business key, the idempotency key it was submitted with
-(``wfctl.result(..., key=...)``, ``wfctl.send(..., to_key=...)``), what the key lookup costs, and
-what it does when two runs share a key (possible only in the partitioned layout)."""
+(``wfctl.get``, ``cancel``, ``retry``, ``result(..., key=...)``, ``send(..., to_key=...)``), what
+the key lookup costs, and what it does when two runs share a key (possible only in the
+partitioned layout)."""
 
 from __future__ import annotations
 
@@ -115,7 +116,10 @@ def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
     named = f"idempotency key 'order-7' names more than one workflow ({newer}, {older}, newest first): "
     named += "name one by its id"
     for call in (
+        lambda: wfctl.get(dsn, key="order-7"),
         lambda: wfctl.result(dsn, key="order-7", timeout=0),
+        lambda: wfctl.cancel(dsn, key="order-7"),
+        lambda: wfctl.retry(dsn, key="order-7"),
         lambda: wfctl.send(dsn, topic="approval", to_key="order-7"),
     ):
         with pytest.raises(wfctl.InvalidState) as refused:
@@ -125,14 +129,14 @@ def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
     assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
     wfctl.send(dsn, older, "approval")  # each by its id
     assert rows(dsn, "SELECT workflow_id FROM workflow_messages") == [(older,)]
+    assert wfctl.cancel(dsn, newer).id == newer
 
 
 @pytest.mark.parametrize("layout", ["default"], indirect=True)
 def test_the_default_layout_cannot_give_two_runs_one_key(dsn, layout):
     with pytest.raises(psycopg.errors.UniqueViolation):
         shared_key(dsn)
-    with pytest.raises(wfctl.WaitTimeout):
-        wfctl.result(dsn, key="order-7", timeout=0)
+    assert wfctl.get(dsn, key="order-7").idempotency_key == "order-7"
 
 
 # -- who may look a key up ------------------------------------------------------------------------
@@ -140,7 +144,7 @@ def test_the_default_layout_cannot_give_two_runs_one_key(dsn, layout):
 
 def test_a_lookup_by_key_reads_the_runs_which_a_submit_role_may_not(jobs, dsn):
     """A role given --grant-submit reaches a run by its id only (through functions); naming it
-    by its key reads the workflows table, which --grant-worker may."""
+    by its key reads the workflows table, which --grant-read and --grant-worker may."""
     roles, names = jobs
     wid = states.submitted(dsn, "ship", "order-7")
     as_submit = roles.dsn_of(names["submit"])
@@ -151,5 +155,7 @@ def test_a_lookup_by_key_reads_the_runs_which_a_submit_role_may_not(jobs, dsn):
     with pytest.raises(wfctl.PermissionDenied):
         wfctl.send(as_submit, topic="approval", to_key="order-7")
     assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+    for job in ("read", "worker"):
+        assert wfctl.get(roles.dsn_of(names[job]), key="order-7").id == wid, job
     with pytest.raises(wfctl.WaitTimeout):
         wfctl.result(roles.dsn_of(names["worker"]), key="order-7", timeout=0)

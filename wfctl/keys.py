@@ -4,7 +4,7 @@ submitted with (``submit(..., key=...)``, ``wfctl submit --key``).
 Exactly one of the two names a run. A key names the one run submitted with it: none is
 ``NotFound``; two or more (possible only in the partitioned layout, where a trigger rather than
 a unique index keeps keys apart: sql/queries/keys.sql) is ``InvalidState`` naming them, and
-nothing is done to either.
+nothing is done to either. ``list`` takes a key prefix instead (``prefix_params``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from wfctl.validate import check_text
 NAMED = 3
 #: The characters of a key an error message shows (the rest is elided).
 SHOWN = 100
+#: The largest code point: the successor of a prefix drops it from the end.
+_LAST = 0x10FFFF
+_SURROGATES = range(0xD800, 0xE000)
 
 
 def workflow_uuid(value: UUID | str) -> UUID:
@@ -73,3 +76,28 @@ def run_id(conn: psycopg.Connection[Any], workflow_id: UUID | None, key: str | N
             "name one by its id"
         )
     return found[0]
+
+
+def successor(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, in code point order
+    (its last character but U+10FFFF moved up by one, past the surrogates); None when there is
+    none (an empty prefix, or one of U+10FFFF only)."""
+    kept = prefix.rstrip(chr(_LAST))
+    if not kept:
+        return None
+    point = ord(kept[-1]) + 1
+    if point in _SURROGATES:
+        point = _SURROGATES.stop
+    return kept[:-1] + chr(point)
+
+
+def prefix_params(conn: psycopg.Connection[Any], prefix: str | None) -> dict[str, Any]:
+    """The parameters of a search for the keys that start with ``prefix`` (None: no search), as
+    reports.list_workflows takes them: the prefix itself and, where the database orders text by
+    code point (keys.code_point_order), the range [prefix, successor), which holds exactly the
+    keys that start with it there, so that the key's index serves the search."""
+    if prefix is None:
+        return {"key_prefix": None, "key_ranged": False, "key_below": None}
+    check_text(prefix, "the idempotency key prefix")
+    row = conn.execute(q("keys.code_point_order")).fetchone()
+    return {"key_prefix": prefix, "key_ranged": bool(row and row[0]), "key_below": successor(prefix)}

@@ -221,6 +221,7 @@ def list(
     type: str | None = None,
     status: str | None = None,
     since: str | float | timedelta | None = None,
+    key: str | None = None,
     limit: int = 100,
 ) -> builtins.list[RunSummary]:
     """Runs newest first, as ``wfctl list`` lists them, each a ``RunSummary`` (the list reads
@@ -232,14 +233,18 @@ def list(
         ``failed``, ``cancelled``; a parked run is ``pending``).
     :param since: only runs created within this long ago: a duration string (``"24h"``),
         seconds, or a ``timedelta``, above 0.
+    :param key: only runs whose idempotency key starts with this prefix, compared character
+        for character (``%`` and ``_`` are themselves); ``""`` lists every run that has a key.
     :param limit: at most this many runs, from 1.
     :raises wfctl.InvalidInput: a status that is not one, a ``since`` or ``limit`` out of
-        range, a type that is not valid text.
+        range, a type or key that is not valid text.
     """
     check_text(type, "type")
     window = None if since is None else duration(since, "since")
     with _connection(target) as conn, _errors():
-        rows = reports.list_workflows(conn, status=status, workflow_type=type, since=window, limit=limit)
+        rows = reports.list_workflows(
+            conn, status=status, workflow_type=type, since=window, limit=limit, key_prefix=key
+        )
     return [
         RunSummary(
             id=r["id"],

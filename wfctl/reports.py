@@ -237,10 +237,12 @@ def list_workflows(
     since: timedelta | None = None,
     limit: int = 50,
     waiting: bool = False,
+    key_prefix: str | None = None,
 ) -> list[Row]:
-    """Workflows newest first, optionally of one status and type, created within ``since``;
-    with ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says
-    what it waits for (``waiting_for``, None when it is not parked)."""
+    """Workflows newest first, optionally of one status and type, created within ``since``,
+    with an idempotency key that starts with ``key_prefix`` (character for character); with
+    ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says what
+    it waits for (``waiting_for``, None when it is not parked)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
     if status is not None:
@@ -258,6 +260,7 @@ def list_workflows(
         "waiting": waiting,
     }
     with _snapshot(conn):
+        params.update(keys.prefix_params(conn, key_prefix))
         rows = _rows(conn, "reports.list_workflows", params)
         for row in rows:
             waiting_for(row)

@@ -19,3 +19,19 @@ WHERE idempotency_key = %(key)s
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- name: code_point_order
+-- Whether this database's default collation, the one of workflows.idempotency_key and of its
+-- indexes, orders text by code point (the order of UTF-8's bytes): libc's C and POSIX, libc's
+-- C.UTF-8 (code point order since glibc 2.35; Debian's C.UTF-8 before that too), and every
+-- locale of PostgreSQL's builtin provider (17 and later: C, C.UTF-8, PG_UNICODE_FAST). Only then
+-- does the range the prefix search adds (reports.list_workflows) hold every key that starts
+-- with the prefix; a linguistic collation (en_US, ICU) orders 'ab-c' and 'abc' by their
+-- letters first, so the range would miss some, and the search does without it. The provider
+-- is read through to_jsonb(): PostgreSQL before 15 has no column datlocprovider (libc only).
+SELECT CASE coalesce(to_jsonb(d) ->> 'datlocprovider', 'c')
+           WHEN 'c' THEN d.datcollate IN ('C', 'POSIX') OR d.datcollate ~* '^C\.UTF-?8$'
+           WHEN 'b' THEN true
+           ELSE false
+       END AS code_point_order
+FROM pg_database d
+WHERE d.datname = current_database();

@@ -1,16 +1,16 @@
 """A run named by its business key, the idempotency key it was submitted with
-(``wfctl.get``, ``cancel``, ``retry``, ``result(..., key=...)``, ``send(..., to_key=...)``), what
-the key lookup costs, and what it does when two runs share a key (possible only in the
-partitioned layout)."""
+(``wfctl.get``, ``cancel``, ``retry``, ``result(..., key=...)``, ``send(..., to_key=...)``) or
+listed by a prefix of it (``wfctl.list(..., key=...)``), what the lookups cost, and what they do
+when two runs share a key (possible only in the partitioned layout)."""
 
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 import pytest
-from helpers import rows
+from helpers import rows, with_db
 from support import run_states as states
 
 import wfctl
@@ -64,7 +64,52 @@ def test_an_id_and_a_key_together_or_neither_is_invalid_input(dsn):
     assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
 
 
-# -- the plan -------------------------------------------------------------------------------------
+# -- the prefix search ----------------------------------------------------------------------------
+
+TRICKY = [
+    "50%-off-1",
+    "50x-off-2",  # matched by the LIKE pattern '50%' but not by the prefix "50%"
+    "a_b-1",
+    "axb-2",  # matched by 'a_b%' but not by "a_b"
+    "a\\b",
+    "p",
+    "p\U0010ffff",
+    "p\U0010ffffz",
+    "q",
+    "é-1",
+    "e-1",
+    "\ud7ff-x",
+    "\ue000-y",
+]
+
+
+@pytest.mark.parametrize(
+    "prefix", ["50%", "50", "a_b", "a_", "a\\", "p", "p\U0010ffff", "é", "e", "\ud7ff", "", "zzz"]
+)
+def test_list_key_matches_the_prefix_character_for_character(dsn, prefix):
+    ids = {key: states.submitted(dsn, "promo", key) for key in TRICKY}
+    states.submitted(dsn, "promo")  # no key: never listed by key
+    listed = wfctl.list(dsn, key=prefix)
+    wanted = {k for k in TRICKY if k.startswith(prefix)}
+    assert {r.idempotency_key for r in listed} == wanted
+    assert {r.id for r in listed} == {ids[k] for k in wanted}
+
+
+def test_without_the_range_the_prefix_search_finds_the_same_keys(conn):
+    """Under a linguistic collation (keys.code_point_order false) the search does without the
+    range the key's index serves; it finds the same runs, by starts_with alone."""
+    for key in TRICKY:
+        wfctl.submit(conn, "promo", {}, key=key)
+    for prefix in ("50%", "a_b", "p\U0010ffff", "é", ""):
+        params = {
+            "status": None, "workflow_type": None, "since": None, "limit": 100, "waiting": False,
+            **keys.prefix_params(conn, prefix), "key_ranged": False,
+        }  # fmt: skip
+        found = {r[6] for r in conn.execute(q("reports.list_workflows"), params)}
+        assert found == {k for k in TRICKY if k.startswith(prefix)}, prefix
+
+
+# -- the plans ------------------------------------------------------------------------------------
 
 
 def many_keyed_runs(conn: psycopg.Connection[Any], count: int = 20_000) -> None:
@@ -94,6 +139,52 @@ def test_the_lookup_by_key_uses_the_key_index(conn, layout):
     assert "Index Scan" in found and key_index(layout) in found, found
     if layout == "default":  # the partitioned layout's empty partitions may be read whole
         assert "Seq Scan" not in found, found
+
+
+def test_the_prefix_search_uses_the_key_index_where_text_is_in_code_point_order(conn, layout):
+    params = keys.prefix_params(conn, "order-77")
+    if not params["key_ranged"]:
+        pytest.skip("the test server's collation is linguistic: the search goes without the range")
+    many_keyed_runs(conn)
+    found = plan(
+        conn,
+        "reports.list_workflows",
+        {"status": None, "workflow_type": None, "since": None, "limit": 50, "waiting": False, **params},
+    )
+    assert key_index(layout) in found and "Index Cond: ((idempotency_key >= 'order-77'" in found, found
+    assert "idempotency_key < 'order-78'" in found and "starts_with(idempotency_key" in found, found
+    listed = {r.idempotency_key for r in wfctl.list(conn, key="order-77", limit=200)}
+    assert listed == {f"order-{n}" for n in range(1, 20_001) if str(n).startswith("77") and n % 3}
+
+
+def test_the_collation_decides_whether_the_range_is_used(pg_server):
+    """C and C.UTF-8 order text by code point; an ICU collation orders it by its letters."""
+    made: list[str] = []
+    answers: dict[str, bool] = {}
+    locales = {
+        "c": "LOCALE 'C'",
+        "c_utf8": "LOCALE 'C.UTF-8'",
+        "icu": "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'",
+    }
+    try:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            for name, locale in locales.items():
+                db = f"wfctl_t_collation_{name}_{uuid4().hex[:8]}"
+                try:
+                    admin.execute(f"CREATE DATABASE {db} TEMPLATE template0 ENCODING 'UTF8' {locale}")
+                except psycopg.errors.Error as exc:  # no ICU in this build, no C.UTF-8 locale
+                    print(f"{name}: {exc}")
+                    continue
+                made.append(db)
+                with psycopg.connect(with_db(pg_server.admin_dsn, db)) as there:
+                    answers[name] = there.execute(q("keys.code_point_order")).fetchone()[0]
+    finally:
+        with psycopg.connect(pg_server.admin_dsn, autocommit=True) as admin:
+            for db in made:
+                admin.execute(f"DROP DATABASE IF EXISTS {db}")
+    assert answers.get("c") is True
+    assert answers.get("c_utf8", True) is True
+    assert answers.get("icu", False) is False
 
 
 # -- two runs with one key ------------------------------------------------------------------------
@@ -130,6 +221,8 @@ def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
     wfctl.send(dsn, older, "approval")  # each by its id
     assert rows(dsn, "SELECT workflow_id FROM workflow_messages") == [(older,)]
     assert wfctl.cancel(dsn, newer).id == newer
+    listed = wfctl.list(dsn, key="order-7")  # the list shows both
+    assert [(r.id, r.status) for r in listed] == [(newer, "cancelled"), (older, "pending")]
 
 
 @pytest.mark.parametrize("layout", ["default"], indirect=True)

@@ -179,8 +179,14 @@ def test_list_gives_the_newest_first_with_the_filters_of_wfctl_list(dsn, conn):
     assert [r.id for r in wfctl.list(dsn, status="failed")] == [runs.failed]
     assert [r.id for r in wfctl.list(dsn, type="ops-sleep")] == [runs.asleep]
     assert [r.id for r in wfctl.list(dsn, limit=3)] == [r.id for r in everything[:3]]
-    assert [r.id for r in wfctl.list(dsn, status="pending", type="ops-sleep")] == [runs.asleep]
-    assert wfctl.list(dsn, type="ops-nothing") == []
+    keyed = wfctl.list(dsn, key="order-")
+    assert len(keyed) == 8 and {r.idempotency_key for r in keyed} == {
+        f"order-{s}"
+        for s in ("pending", "running", "message", "sleep", "parent", "completed", "failed", "cancelled")
+    }
+    assert [r.id for r in wfctl.list(dsn, key="order-fail")] == [runs.failed]
+    assert [r.id for r in wfctl.list(dsn, key="order-", status="pending", type="ops-sleep")] == [runs.asleep]
+    assert wfctl.list(dsn, key="order-nothing") == []
     # since: a duration string, seconds or a timedelta, against the database's clock
     fakeclock.advance(dsn, timedelta(hours=2))
     late = states.submitted(dsn, "ops-late", "order-late")
@@ -294,7 +300,7 @@ def test_an_output_python_cannot_read_is_invalid_state_as_for_result(dsn, conn):
     with pytest.raises(wfctl.InvalidState) as waited:
         wfctl.result(dsn, wid)
     assert str(got.value) == str(waited.value)
-    assert [r.id for r in wfctl.list(dsn, type="ops")] == [wid]  # the list reads no output
+    assert [r.id for r in wfctl.list(dsn, key="order-deep")] == [wid]  # the list reads no output
 
 
 # -- on a connection ------------------------------------------------------------------------------
@@ -306,7 +312,7 @@ def test_on_a_connection_everything_runs_in_the_callers_transaction(dsn):
         with conn.transaction(force_rollback=True):
             mine = wfctl.submit(conn, "ops", {}, key="order-2")  # not committed: seen only here
             assert wfctl.get(conn, key="order-2").id == mine
-            assert {r.id for r in wfctl.list(conn, type="ops")} == {wid, mine}
+            assert {r.id for r in wfctl.list(conn, key="order-")} == {wid, mine}
             assert wfctl.cancel(conn, key="order-1").id == wid
             assert wfctl.get(conn, wid).status == "cancelled"
             assert wfctl.retry(conn, wid) == Retried(wid, 0)
@@ -365,5 +371,5 @@ def test_reads_on_a_connection_leave_no_transaction_open(dsn):
     wid = states.submitted(dsn, "ops", "order-1")
     with psycopg.connect(dsn) as conn:
         assert wfctl.get(conn, key="order-1").id == wid
-        assert [r.id for r in wfctl.list(conn, type="ops")] == [wid]
+        assert [r.id for r in wfctl.list(conn, key="order")] == [wid]
         assert conn.info.transaction_status == TransactionStatus.IDLE

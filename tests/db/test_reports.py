@@ -292,7 +292,16 @@ def plan_indexes(conn, name: str, params: dict) -> set[str]:
         ("reports.stuck", {"stale": STALE, "workflow_type": None}, {"workflows_running_owner_idx"}),
         (
             "reports.list_workflows",
-            {"status": "failed", "workflow_type": None, "since": None, "limit": 50, "waiting": False},
+            {
+                "status": "failed",
+                "workflow_type": None,
+                "since": None,
+                "limit": 50,
+                "waiting": False,
+                "key_prefix": None,
+                "key_ranged": False,
+                "key_below": None,
+            },
             {"idx_workflows_status"},
         ),
     ],

@@ -273,11 +273,15 @@ def list_workflows(
     return rows
 
 
-def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
+def show_workflow(conn: Conn, workflow_id: str | UUID | None, key: str | None = None) -> WorkflowDetail:
     """One workflow's row (with what it waits for, its parent and deadline), its steps in order,
-    its attempts, its children, events and messages; NotFound when there is no such id."""
-    ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
+    its attempts, its children, events and messages, read in one snapshot. The workflow is named
+    by its id or by ``key``, its idempotency key (wfctl/keys.py); NotFound when there is no such
+    workflow."""
+    given = workflow_id if isinstance(workflow_id, UUID) or workflow_id is None else parse_id(workflow_id)
+    keys.check_one(given, key)
     with _snapshot(conn):
+        ident = keys.run_id(conn, given, key)
         try:
             detail = _detail(conn, ident, json_loads=_exact_json)
         except (RecursionError, ValueError):

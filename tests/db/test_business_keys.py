@@ -1,10 +1,12 @@
-"""A run named by its business key, the idempotency key it was submitted with
-(``wfctl.get``, ``cancel``, ``retry``, ``result(..., key=...)``, ``send(..., to_key=...)``) or
-listed by a prefix of it (``wfctl.list(..., key=...)``), what the lookups cost, and what they do
-when two runs share a key (possible only in the partitioned layout)."""
+"""A run named by its business key, the idempotency key it was submitted with: on the command
+line (in-process, through the ``cli`` fixture) ``wfctl show``, ``wait``, ``cancel``, ``retry
+--key K``, ``wfctl send --to-key K`` and ``wfctl list --key PREFIX``; in Python ``wfctl.result(...,
+key=...)``, ``send(..., to_key=...)`` and ``list(..., key=...)``; what the lookups cost, and what
+they do when two runs share a key (possible only in the partitioned layout)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -16,6 +18,103 @@ from support import run_states as states
 import wfctl
 from wfctl import keys
 from wfctl.queries import q
+
+
+def ok(result: Any) -> Any:
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def failed_with(result: Any, code: int) -> str:
+    """The one line of an error, after checking the exit code and that stdout is empty."""
+    assert result.exit_code == code, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wfctl: error: "), result.stderr
+    return lines[0].removeprefix("wfctl: error: ")
+
+
+def test_show_by_key_is_show_by_id(cli, dsn):
+    wid = states.submitted(dsn, "ship", "order-7")
+    by_id = ok(cli("show", str(wid), "--json", "--dsn", dsn))
+    by_key = ok(cli("show", "--key", "order-7", "--json", "--dsn", dsn))
+    assert json.loads(by_key.stdout)["workflow"]["id"] == str(wid)
+    assert json.loads(by_key.stdout)["workflow"]["idempotency_key"] == "order-7"
+    drop = ("updated_at", "elapsed_seconds", "deadline_seconds_left")  # none of them moves here anyway
+    assert {k: v for k, v in json.loads(by_key.stdout)["workflow"].items() if k not in drop} == {
+        k: v for k, v in json.loads(by_id.stdout)["workflow"].items() if k not in drop
+    }
+    table = ok(cli("show", "--key", "order-7", "--dsn", dsn)).stdout
+    assert f"Workflow {wid}" in table and "order-7" in table
+
+
+def test_cancel_and_retry_by_key(cli, dsn):
+    wid = states.submitted(dsn, "ship", "order-7")
+    cancelled = ok(cli("cancel", "--key", "order-7", "--reason", "out of stock", "--dsn", dsn))
+    assert cancelled.stderr == f"wfctl: cancelled {wid} (it was pending)\n"
+    assert rows(dsn, "SELECT status, error_message FROM workflows WHERE id = %s", wid) == [
+        ("cancelled", "out of stock")
+    ]
+    again = cli("cancel", "--key", "order-7", "--dsn", dsn)
+    assert failed_with(again, 7) == f"workflow {wid} is already cancelled: there is nothing to cancel"
+    retried = ok(cli("retry", "--key", "order-7", "--json", "--dsn", dsn))
+    assert json.loads(retried.stdout) == {"id": str(wid), "resumes_after_step": 0, "descendants": 0}
+    assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", wid) == [("pending",)]
+    running = cli("retry", "--key", "order-7", "--dsn", dsn)
+    assert failed_with(running, 7) == (
+        f"workflow {wid} is pending: only a failed or cancelled workflow can be retried"
+    )
+    as_json = ok(cli("cancel", "--key", "order-7", "--json", "--dsn", dsn))
+    assert json.loads(as_json.stdout)["id"] == str(wid)
+
+
+def test_wait_by_key_prints_the_output_or_exits_as_wait_by_id(cli, dsn, conn):
+    done = states.submitted(dsn, "ship-done", "order-done")
+    states.completed(conn, states.claim(conn, "ship-done"), {"tracking": "ZX-1"})
+    out = ok(cli("wait", "--key", "order-done", "--dsn", dsn))
+    assert json.loads(out.stdout) == {"tracking": "ZX-1"}
+    as_json = ok(cli("wait", "--key", "order-done", "--json", "--dsn", dsn))
+    assert json.loads(as_json.stdout) == {
+        "id": str(done),
+        "status": "completed",
+        "output": {"tracking": "ZX-1"},
+    }
+    broken = states.submitted(dsn, "ship-failed", "order-failed")
+    states.failed(conn, states.claim(conn, "ship-failed"), "ValueError: no address")
+    assert failed_with(cli("wait", "--key", "order-failed", "--dsn", dsn), 11) == (
+        f"workflow {broken} failed: ValueError: no address"
+    )
+    pending = states.submitted(dsn, "ship", "order-pending")
+    late = cli("wait", "--key", "order-pending", "--timeout", "0s", "--dsn", dsn)
+    assert failed_with(late, 13) == f"workflow {pending} did not finish within 0s"
+
+
+def test_send_to_key_delivers_to_the_run_with_that_key(cli, dsn, conn):
+    wid = states.submitted(dsn, "approve", "order-7")
+    states.on_a_message(conn, states.claim(conn, "approve"), "approval", timeout=None)
+    sent = ok(cli("send", "--to-key", "order-7", "approval", '{"ok": true}', "--dsn", dsn))
+    assert sent.stdout == f"sent message 1 to {wid} on 'approval'\n"
+    # --key is the message's own key, --to-key the run's: both at once, and again
+    twice = ["send", "--to-key", "order-7", "approval", '{"ok": false}', "--key", "msg-1", "--json"]
+    first = json.loads(ok(cli(*twice, "--dsn", dsn)).stdout)
+    second = json.loads(ok(cli(*twice, "--dsn", dsn)).stdout)
+    assert first == {"id": 2, "workflow_id": str(wid), "topic": "approval", "created": True}
+    assert second == {**first, "created": False}
+    bare = ok(cli("send", "--to-key", "order-7", "nudge", "--dsn", dsn))  # no payload
+    assert bare.stdout == f"sent message 3 to {wid} on 'nudge'\n"
+    assert rows(dsn, "SELECT id, topic, payload, idempotency_key FROM workflow_messages ORDER BY id") == [
+        (1, "approval", {"ok": True}, None),
+        (2, "approval", {"ok": False}, "msg-1"),
+        (3, "nudge", None, None),
+    ]
+    assert wfctl.get(dsn, wid).wait.state == "woken"  # type: ignore[union-attr]
+    missing = cli("send", "--to-key", "order-7", "--dsn", dsn)
+    assert failed_with(missing, 2).startswith("missing TOPIC")
+    both = cli("send", str(wid), "approval", "{}", "--to-key", "order-7", "--dsn", dsn)
+    assert failed_with(both, 2) == "name the workflow by its ID or by --to-key, not both"
+
+
+# -- in Python ------------------------------------------------------------------------------------
 
 
 def test_result_and_send_by_key_reach_the_run_with_that_key(dsn, conn):
@@ -86,13 +185,28 @@ TRICKY = [
 @pytest.mark.parametrize(
     "prefix", ["50%", "50", "a_b", "a_", "a\\", "p", "p\U0010ffff", "é", "e", "\ud7ff", "", "zzz"]
 )
-def test_list_key_matches_the_prefix_character_for_character(dsn, prefix):
+def test_list_key_matches_the_prefix_character_for_character(cli, dsn, prefix):
     ids = {key: states.submitted(dsn, "promo", key) for key in TRICKY}
-    states.submitted(dsn, "promo")  # no key: never listed by key
-    listed = wfctl.list(dsn, key=prefix)
+    states.submitted(dsn, "promo")  # no key: never listed by --key
+    listed = json.loads(ok(cli("list", "--key", prefix, "--json", "--dsn", dsn)).stdout)
     wanted = {k for k in TRICKY if k.startswith(prefix)}
-    assert {r.idempotency_key for r in listed} == wanted
-    assert {r.id for r in listed} == {ids[k] for k in wanted}
+    assert {r["idempotency_key"] for r in listed} == wanted
+    assert {r["id"] for r in listed} == {str(ids[k]) for k in wanted}
+    assert {(r.id, r.idempotency_key) for r in wfctl.list(dsn, key=prefix)} == {(ids[k], k) for k in wanted}
+
+
+def test_list_key_adds_the_key_to_the_table_newest_first(cli, dsn):
+    first = states.submitted(dsn, "promo", "promo-1")
+    second = states.submitted(dsn, "promo", "promo-2")
+    states.submitted(dsn, "promo", "other-3")
+    table = ok(cli("list", "--key", "promo-", "--dsn", dsn)).stdout.splitlines()
+    header = next(line for line in table if " id " in line)
+    assert header.split()[1:4] == ["id", "┃", "key"]
+    body = [line for line in table if "promo-" in line]
+    assert [str(second) in body[0], str(first) in body[1], len(body)] == [True, True, 2]
+    assert "key" not in ok(cli("list", "--dsn", dsn)).stdout.splitlines()[1]
+    empty = ok(cli("list", "--key", "nope-", "--dsn", dsn))
+    assert empty.stdout == "" and empty.stderr == "wfctl: no workflows match\n"
 
 
 def test_without_the_range_the_prefix_search_finds_the_same_keys(conn):
@@ -201,11 +315,19 @@ def shared_key(dsn: str) -> tuple[UUID, UUID]:
 
 
 @pytest.mark.parametrize("layout", ["partitioned"], indirect=True)
-def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
+def test_a_key_two_runs_share_names_both_and_acts_on_neither(cli, dsn, layout):
     older, newer = shared_key(dsn)
     before = rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id")
     named = f"idempotency key 'order-7' names more than one workflow ({newer}, {older}, newest first): "
     named += "name one by its id"
+    for args in (
+        ("show", "--key", "order-7"),
+        ("wait", "--key", "order-7", "--timeout", "0s"),
+        ("cancel", "--key", "order-7"),
+        ("retry", "--key", "order-7"),
+        ("send", "--to-key", "order-7", "approval", "{}"),
+    ):
+        assert failed_with(cli(*args, "--dsn", dsn), 7) == named, args
     for call in (
         lambda: wfctl.get(dsn, key="order-7"),
         lambda: wfctl.result(dsn, key="order-7", timeout=0),
@@ -223,6 +345,8 @@ def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
     assert wfctl.cancel(dsn, newer).id == newer
     listed = wfctl.list(dsn, key="order-7")  # the list shows both
     assert [(r.id, r.status) for r in listed] == [(newer, "cancelled"), (older, "pending")]
+    shown = json.loads(ok(cli("list", "--key", "order-7", "--json", "--dsn", dsn)).stdout)
+    assert [(r["id"], r["status"]) for r in shown] == [(str(newer), "cancelled"), (str(older), "pending")]
 
 
 @pytest.mark.parametrize("layout", ["default"], indirect=True)

@@ -19,7 +19,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors as pg_errors
 
-from wfctl import storedjson
+from wfctl import keys, storedjson
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
 from wfctl.context import check_label
@@ -32,6 +32,7 @@ from wfctl.errors import (
     WorkflowCancelled,
     WorkflowFailed,
 )
+from wfctl.keys import workflow_uuid
 from wfctl.queries import q
 from wfctl.validate import check_key, encode_input
 from wfctl.words import CANCELLED, COMPLETED, FAILED, FINISHED
@@ -40,15 +41,6 @@ T = TypeVar("T")
 RECHECK = 5.0  # with notifications, re-read anyway this often (a notification is never relied on alone)
 POLL_MAX = 1.0  # without notifications: the longest pause between reads
 MAX_MESSAGE_KEY = 200  # characters of a message's idempotency key (workflow_messages' check)
-
-
-def workflow_uuid(value: UUID | str) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise InvalidInput(f"{str(value)[:60]!r} is not a workflow id (a UUID)") from None
 
 
 def check_message(topic: object, key: str | None) -> None:
@@ -93,49 +85,58 @@ def _message(exc: psycopg.Error) -> str:
 
 @dataclass(frozen=True)
 class Sent:
-    """What ``send_json`` did: the message's id, and whether this call stored it (False: its key
-    was used before, and ``id`` is the earlier message's)."""
+    """What ``send_json`` did: the message's id, whether this call stored it (False: its key
+    was used before, and ``id`` is the earlier message's), and the run it was sent to."""
 
     id: int
     created: bool
+    workflow_id: UUID
 
 
 def send(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
-    topic: str,
+    workflow_id: UUID | str | None = None,
+    topic: str | None = None,
     payload: Any = None,
     *,
     key: str | None = None,
+    to_key: str | None = None,
 ) -> int:
     """Send ``payload`` (JSON) to the workflow on ``topic``; it gets it from ``ctx.recv(topic)``.
-    Returns the message's id. With ``key``, sending again returns the first message's id and
-    stores nothing. In the connection's transaction when there is one (it is delivered when that
-    commits: an outbox). An unknown workflow raises ``NotFound``, a finished one ``InvalidState``;
-    nothing is stored then."""
+    Returns the message's id. The workflow is named by ``workflow_id`` or by ``to_key``, the
+    idempotency key it was submitted with (exactly one of the two). ``key`` is the message's own
+    idempotency key: sending again with it returns the first message's id and stores nothing.
+    In the connection's transaction when there is one (it is delivered when that commits: an
+    outbox). An unknown workflow or ``to_key`` raises ``NotFound``, a finished workflow
+    ``InvalidState``, a ``to_key`` that several runs share ``InvalidState`` (the partitioned
+    layout only); nothing is stored then."""
     encoded = None if payload is None else encode_input(payload, "message payload")
-    return send_json(conn_or_dsn, workflow_id, topic, encoded, key=key).id
+    return send_json(conn_or_dsn, workflow_id, topic, encoded, key=key, to_key=to_key).id
 
 
 def send_json(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
-    topic: str,
+    workflow_id: UUID | str | None,
+    topic: str | None,
     payload_json: str | None,
     *,
     key: str | None = None,
+    to_key: str | None = None,
 ) -> Sent:
     """``send`` of a payload that is JSON text already checked (``encode_input``, or the CLI's
-    ``parse_input``; None: no payload), saying whether a message was stored: one call of
-    ``wfctl_send_message`` (``wfctl_send``, then whether this transaction wrote the message it
-    returned: a concurrent send with the same key may have stored it first)."""
-    wid = workflow_uuid(workflow_id)
+    ``parse_input``; None: no payload), saying whether a message was stored (and to which
+    run): one call of ``wfctl_send_message`` (``wfctl_send``, then whether this transaction
+    wrote the message it returned: a concurrent send with the same key may have stored it
+    first)."""
+    keys.check_one(workflow_id, to_key, key_name="to_key=")
+    wid = None if workflow_id is None else workflow_uuid(workflow_id)
     check_message(topic, key)
-    params = {"id": wid, "topic": topic, "payload": payload_json, "key": key}
     with _connection(conn_or_dsn) as conn, _errors():
+        target = keys.run_id(conn, wid, to_key)
+        params = {"id": target, "topic": topic, "payload": payload_json, "key": key}
         row = conn.execute(q("coordination.send"), params).fetchone()
     assert row is not None
-    return Sent(int(row[0]), created=bool(row[1]))
+    return Sent(int(row[0]), created=bool(row[1]), workflow_id=target)
 
 
 def get_event(
@@ -182,35 +183,43 @@ def _missing(default: Any, message: str, *, timeout: bool = False) -> Any:
 
 def result(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
+    workflow_id: UUID | str | None = None,
     timeout: str | float | timedelta | None = None,
+    *,
+    key: str | None = None,
 ) -> Any:
     """Wait until the workflow finishes and return its output (the workflow function's return
-    value). Raises ``WorkflowFailed`` or ``WorkflowCancelled`` when it ended so, ``WaitTimeout``
-    (a ``TimeoutError``) after ``timeout`` (None: wait as long as it takes), ``NotFound`` for an
-    unknown id. Woken by the workflow's completion (NOTIFY), not by polling."""
-    wid = workflow_uuid(workflow_id)
+    value). The workflow is named by ``workflow_id`` or by ``key``, the idempotency key it was
+    submitted with (exactly one of the two). Raises ``WorkflowFailed`` or ``WorkflowCancelled``
+    when it ended so, ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` (None: wait as long
+    as it takes), ``NotFound`` for an unknown id or key, ``InvalidState`` for a key that several
+    runs share (the partitioned layout only). Woken by the workflow's completion (NOTIFY), not
+    by polling."""
+    keys.check_one(workflow_id, key)
+    given = None if workflow_id is None else workflow_uuid(workflow_id)
     seconds = timeout_seconds(timeout, "timeout")
-
-    def read(conn: psycopg.Connection[Any]) -> tuple[bool, Any]:
-        with _decoding(f"the output of workflow {wid}"):
-            row = conn.execute(q("coordination.outcome"), {"id": wid}).fetchone()
-        if row is None:
-            raise NotFound(f"no workflow {wid}")
-        status, output, error = row
-        if status == COMPLETED:
-            return True, output
-        if status == FAILED:
-            raise WorkflowFailed(wid, error)
-        if status == CANCELLED:
-            raise WorkflowCancelled(wid, error)
-        return False, None
-
     with _connection(conn_or_dsn) as conn, _errors():
-        done, value = _await(conn, wid, seconds, read)
+        wid = keys.run_id(conn, given, key)
+        done, value = _await(conn, wid, seconds, lambda conn: _outcome(conn, wid))
     if done:
         return value
     raise WaitTimeout(f"workflow {wid} did not finish within {seconds:g}s")
+
+
+def _outcome(conn: psycopg.Connection[Any], wid: UUID) -> tuple[bool, Any]:
+    """(True, its output) once the run completed; raises when it failed or was cancelled."""
+    with _decoding(f"the output of workflow {wid}"):
+        row = conn.execute(q("coordination.outcome"), {"id": wid}).fetchone()
+    if row is None:
+        raise NotFound(f"no workflow {wid}")
+    status, output, error = row
+    if status == COMPLETED:
+        return True, output
+    if status == FAILED:
+        raise WorkflowFailed(wid, error)
+    if status == CANCELLED:
+        raise WorkflowCancelled(wid, error)
+    return False, None
 
 
 def _await(

@@ -320,7 +320,16 @@ PLANNED_BY_PARTITION = {
         ("reports.stuck", {"stale": STALE, "workflow_type": None}, {"workflows_running_owner_idx"}),
         (
             "reports.list_workflows",
-            {"status": "failed", "workflow_type": None, "since": None, "limit": 50, "waiting": False},
+            {
+                "status": "failed",
+                "workflow_type": None,
+                "since": None,
+                "limit": 50,
+                "waiting": False,
+                "key_prefix": None,
+                "key_ranged": False,
+                "key_below": None,
+            },
             {"idx_workflows_status"},
         ),
     ],

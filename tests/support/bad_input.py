@@ -438,6 +438,62 @@ def code_schedule(ctx: Ctx) -> None:
         )
 
 
+def business_key_rows() -> list[Row]:
+    """A run named by its idempotency key (`--key`, `send --to-key`): exactly one of the ID and
+    the key, a key no run has (NotFound, as an unknown id), a key that is not text PostgreSQL
+    compares; nothing is done to any run."""
+    rows: list[Row] = []
+    for command in ("show", "wait", "cancel", "retry"):
+        rows += [
+            Row(
+                f"{command}-id-and-key",
+                (command, "<pending>", "--key", "order-1", *D),
+                "name the workflow by its ID or by --key, not both",
+                2,
+            ),
+            Row(
+                f"{command}-neither-id-nor-key", (command, *D), "name the workflow by its ID or by --key\n", 2
+            ),
+            Row(
+                f"{command}-key-unknown",
+                (command, "--key", "no-such-order", *D),
+                "no workflow with idempotency key 'no-such-order'",
+                6,
+            ),
+            Row(
+                f"{command}-key-not-utf8",
+                (command, "--key", "k\udcff", *D),
+                "idempotency key is not valid UTF-8",
+                2,
+            ),
+        ]
+    rows += [
+        Row(
+            "send-id-and-to-key",
+            ("send", "<pending>", "approval", "{}", "--to-key", "order-1", *D),
+            "name the workflow by its ID or by --to-key, not both",
+            2,
+        ),
+        Row("send-neither-id-nor-to-key", ("send", *D), "name the workflow by its ID or by --to-key\n", 2),
+        Row(
+            "send-to-key-unknown",
+            ("send", "--to-key", "no-such-order", "approval", "{}", *D),
+            "no workflow with idempotency key 'no-such-order'",
+            6,
+        ),
+        Row("send-to-key-without-topic", ("send", "--to-key", "order-1", *D), "missing TOPIC", 2),
+        Row(
+            "show-key-with-escapes",
+            ("show", "--key", "k\x1b[2J\u202e", *D),
+            "no workflow with idempotency key 'k\\x1b[2J\\u202e'",
+            6,
+        ),
+        Row("cancel-key-with-nul", ("cancel", "--key", "a\x00b", *D), "contains a NUL character", 2),
+        Row("list-key-not-utf8", ("list", "--key", "k\udcff", *D), "--key is not valid UTF-8", 2),
+    ]
+    return rows
+
+
 def schedule_rows() -> list[Row]:
     """`wfctl schedule ...`, `schedules`, `tick`: nothing stored, no schedule
     changed, no run submitted."""
@@ -731,6 +787,7 @@ ROWS: list[Row] = [
     ),
     # -- coordination: send, event, wait, submit --timeout --
     *coordination_rows(),
+    *business_key_rows(),
     *schedule_rows(),
     *limit_rows(),
     # -- input as the user gave it, and hostile input --

@@ -1,10 +1,10 @@
 """wfctl: durable workflow execution on PostgreSQL.
 
-The public API: ``@wfctl.workflow`` registers a workflow type, ``wfctl.Context`` is what a
-workflow function receives, ``wfctl.submit`` enqueues one from an application, ``wfctl.send``
-signals a running one, ``wfctl.get_event`` reads what it published and ``wfctl.result`` waits
-for its output. Every error the
-library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
+The public API: ``@wfctl.workflow`` registers a workflow type, ``@wfctl.step`` gives a step
+function retries and a timeout, ``wfctl.Context`` is what a workflow function receives,
+``wfctl.submit`` enqueues one from an application, ``wfctl.send`` signals a running one,
+``wfctl.get_event`` reads what it published and ``wfctl.result`` waits for its output. Every
+error the library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ from wfctl.errors import (
     WorkflowFailed,
 )
 from wfctl.registry import workflow
+from wfctl.steps import StepOptions, step
 
 __all__ = [
     "AppError",
@@ -48,6 +49,7 @@ __all__ = [
     "SchemaError",
     "ServerError",
     "StepError",
+    "StepOptions",
     "WaitTimeout",
     "WfctlError",
     "WorkflowCancelled",
@@ -56,6 +58,7 @@ __all__ = [
     "get_event",
     "result",
     "send",
+    "step",
     "submit",
     "workflow",
 ]

@@ -1,0 +1,25 @@
+-- wfctl schema, version 23: the tries of a step.
+--
+-- A step function may be given retries and a backoff (@wfctl.step): its tries run
+-- within one attempt of the run, and a backoff too long to wait in the worker parks the run
+-- until the next try (docs/decisions/2026-12-06-step-options.md).
+--
+--   workflow_steps.tries     how many tries the step's function took in the attempt that wrote
+--                            the row (the last one returned, or raised). 1 for every row
+--                            written before, and for the coordination steps.
+--   workflow_steps.status    a new word, 'retrying' (the column has no CHECK constraint): the
+--                            step's tries failed so far and the run parked until the next one;
+--                            output_data {"tries", "type", "message", "next_try_at"}, the last
+--                            try's error in error_message. Not a result: the claim returns it
+--                            with the journal (worker.claim), and a replay in the same attempt
+--                            tries the function again and goes on counting. The step's next
+--                            write (completed, handled or failed) replaces it; `wfctl retry`
+--                            removes it (control.retry).
+--
+-- A run parked for its step's next try is 'pending' with run_at at that try and no wait_kind,
+-- as a run backing off after a failed attempt is.
+--
+-- Both layouts: a column added to a partitioned table goes to its partitions; the constant
+-- default rewrites no rows.
+
+ALTER TABLE workflow_steps ADD COLUMN tries integer NOT NULL DEFAULT 1;

@@ -53,6 +53,7 @@ CREATE TABLE workers (
     idle                boolean NOT NULL DEFAULT false,
     wake_channel        text,
     started_seq         bigint NOT NULL DEFAULT 0,
+    abandoned_calls     integer NOT NULL DEFAULT 0,
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_dead_after_positive CHECK ((dead_after_seconds > (0)::double precision)),
     CONSTRAINT workers_heartbeat_positive CHECK ((heartbeat_seconds > (0)::double precision))

@@ -97,7 +97,8 @@ class Context:
         the first run and on replay). If ``fn`` raises, this raises ``wfctl.StepError``: caught,
         the failure is history (a replay raises it again here without calling ``fn``); uncaught,
         the attempt fails and the step runs again in the next one. ``fn``'s ``@wfctl.step``
-        options (retries, backoff) say how many tries it gets first.
+        options (retries, backoff, timeout) say how many tries it gets first, and how long each
+        may take; an ``async def`` function is awaited on the worker's event loop.
         """
         options = options_of(fn)
         number = self._claim_number(name)
@@ -113,7 +114,7 @@ class Context:
             number,
             name,
             options,
-            lambda _try: fn(*args, **kwargs),
+            lambda _try: self._journal.call(name, fn, args, kwargs, options),
             stored,
             started,
         )
@@ -189,8 +190,16 @@ class Context:
         however the worker dies. ``conn`` is in a transaction: do not commit or roll back, and
         start no other step inside ``fn``. The result must be JSON-serialisable; what this call
         returns is the stored JSON value, and a replay returns it without calling ``fn``.
-        ``fn``'s ``@wfctl.step`` retries apply, each try a transaction of its own."""
+        ``fn``'s ``@wfctl.step`` retries apply, each try a transaction of its own; a ``timeout``
+        is refused (InvalidInput): set ``statement_timeout`` in the transaction instead."""
         options = options_of(fn)
+        if options.timeout is not None:
+            raise InvalidInput(
+                f"transactional step {name!r}: its function has a timeout (@wfctl.step(timeout=...)), "
+                "which a transaction cannot have: an abandoned try would hold its transaction and "
+                "its locks open beside the next one; bound its statements with "
+                "SET LOCAL statement_timeout inside fn instead"
+            )
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
         if stored is not None and stored.retrying is None:

@@ -8,12 +8,13 @@ parking for a wait, being released at shutdown, a failed step) uses BaseExceptio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from wfctl.operations import WAITS, Op, WaitKind
+from wfctl.steps import StepOptions
 
 #: What ``Parked.waiting_for`` says of a sleep.
 SLEEPING = WAITS[WaitKind.SLEEP].logged({})
@@ -75,6 +76,18 @@ class Journal(Protocol):
         goes to the workflow. Stored as the run's history (what a replay raises) once the
         workflow goes past it: its next step, wait or end; not stored when that StepError itself
         ends the attempt, so that the step runs again in the next attempt."""
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        """One try of step ``name``: ``fn(*args, **kwargs)`` within ``options.timeout``
+        (wfctl/caller.py: a coroutine function runs on an event loop; past the timeout the try
+        raises ``wfctl.errors.StepTimeout``)."""
 
     def retry_later(
         self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from wfctl.caller import Caller
 from wfctl.journal import HandledFailure, Parked, RecordedStep, Retrying
 from wfctl.operations import OPERATIONS, WAITS, Op, WaitKind, operation
+from wfctl.steps import StepOptions
 from wfctl.tries import SHORT_BACKOFF, next_try
 from wfctl.words import FINISHED
 
@@ -25,11 +27,12 @@ __all__ = ["MemoryJournal"]
 class MemoryJournal:
     """A journal in memory, for testing workflow functions and replay rules without a database.
 
-    Step options (``@wfctl.step``) hold as under a worker: a backoff of up to 2 s is not
-    waited but appended to ``backoffs``; a longer one stores a ``retrying`` step
-    (``steps[n].retrying``: the tries made, the last error, the next try's time) and raises
-    ``Parked`` until then, as a sleep does. Call the workflow again with the same attempt to go
-    on counting; a new attempt starts afresh."""
+    Step options (``@wfctl.step``) hold as under a worker: a try past its ``timeout`` fails
+    with ``StepTimeout`` (a synchronous function runs on in its own thread, counted in
+    ``caller.abandoned``); a backoff of up to 2 s is not waited but appended to ``backoffs``;
+    a longer one stores a ``retrying`` step (``steps[n].retrying``: the tries made, the last
+    error, the next try's time) and raises ``Parked`` until then, as a sleep does. Call the
+    workflow again with the same attempt to go on counting; a new attempt starts afresh."""
 
     def __init__(self, steps: dict[int, RecordedStep] | None = None) -> None:
         self.steps: dict[int, RecordedStep] = dict(steps or {})
@@ -47,6 +50,7 @@ class MemoryJournal:
         # workflow goes past it, as the worker does; an uncaught StepError leaves it here, and
         # the step runs again when the workflow function is called again
         self.failed_step: RecordedStep | None = None
+        self.caller = Caller()  # runs each try of a step function (timeouts, async functions)
         self.backoffs: list[float] = []  # the short backoffs between tries, in seconds (not waited)
 
     def recorded(self, number: int) -> RecordedStep | None:
@@ -76,6 +80,16 @@ class MemoryJournal:
         if stored is not None and stored.retrying is not None:
             del self.steps[number]  # the tries are over: the failure replaces their record
         self.failed_step = RecordedStep(number, name, None, failure, tries=tries)
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        return self.caller.call(name, fn, args, kwargs, options)
 
     def retry_later(
         self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime

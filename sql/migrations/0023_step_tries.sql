@@ -1,6 +1,6 @@
--- wfctl schema, version 23: the tries of a step.
+-- wfctl schema, version 23: the tries of a step, and the step calls a worker abandoned.
 --
--- A step function may be given retries and a backoff (@wfctl.step): its tries run
+-- A step function may be given retries, a backoff and a timeout (@wfctl.step): its tries run
 -- within one attempt of the run, and a backoff too long to wait in the worker parks the run
 -- until the next try (docs/decisions/2026-12-06-step-options.md).
 --
@@ -15,11 +15,15 @@
 --                            tries the function again and goes on counting. The step's next
 --                            write (completed, handled or failed) replaces it; `wfctl retry`
 --                            removes it (control.retry).
+--   workers.abandoned_calls  the worker's step calls that outlived their timeout and still run
+--                            in their threads (wfctl/caller.py), written by its heartbeat and
+--                            shown by `wfctl workers`.
 --
 -- A run parked for its step's next try is 'pending' with run_at at that try and no wait_kind,
 -- as a run backing off after a failed attempt is.
 --
 -- Both layouts: a column added to a partitioned table goes to its partitions; the constant
--- default rewrites no rows.
+-- defaults rewrite no rows.
 
 ALTER TABLE workflow_steps ADD COLUMN tries integer NOT NULL DEFAULT 1;
+ALTER TABLE workers ADD COLUMN abandoned_calls integer NOT NULL DEFAULT 0;

@@ -349,6 +349,8 @@ FROM (
            (SELECT count(*) FROM workflows w
              WHERE w.status = 'running' AND w.lease_owner = k.id) AS running,
            k.concurrency,
+           -- step calls that outlived their timeout and still run there (migration 0023)
+           k.abandoned_calls,
            k.workflow_types,
            k.version,
            k.started_at,

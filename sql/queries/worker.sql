@@ -389,15 +389,18 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- (migration 0004): everyone judges this worker by them.
 -- wake_channel (migration 0014): the channel it takes addressed wake-ups on, NULL when it
 -- does not listen (--no-listen, a transaction pooler).
+-- abandoned_calls (migration 0023): the worker's step calls that outlived their timeout and
+-- still run (wfctl/caller.py).
 WITH beat AS (
     INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
-                         heartbeat_seconds, dead_after_seconds, wake_channel)
+                         heartbeat_seconds, dead_after_seconds, wake_channel, abandoned_calls)
     VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s,
             %(interval)s, %(dead_after)s,
-            CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END)
+            CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END, %(abandoned)s)
     ON CONFLICT (id) DO UPDATE
     SET heartbeat_at = (SELECT wfctl_now()), stopped_at = NULL, wake_channel = excluded.wake_channel,
-        idle = workers.idle AND excluded.wake_channel IS NOT NULL
+        idle = workers.idle AND excluded.wake_channel IS NOT NULL,
+        abandoned_calls = excluded.abandoned_calls
     RETURNING id
 )
 UPDATE workflows

@@ -2,12 +2,14 @@
 
 Every step function appends "<workflow id> <what>" to $WFCTL_TEST_LOG (see testflows.py), so a
 test counts real tries. A file "$WFCTL_TEST_GATE-<name>" steers them: the bank is down (every
-try raises) while "-down" exists.
+try raises) while "-down" exists; ``hang`` blocks while "-hang" exists.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,26 @@ def bank_soon(wid: str) -> str:
     return "charged"
 
 
+@wfctl.step(timeout="300ms")
+def hang(wid: str) -> str:
+    _record(f"{wid} hang")
+    while os.path.exists(_gate("hang")):
+        time.sleep(0.01)
+    _record(f"{wid} late")
+    return "late"
+
+
+@wfctl.step(timeout="300ms")
+async def hang_async(wid: str) -> str:
+    _record(f"{wid} hang")
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        _record(f"{wid} cancelled")
+        raise
+    return "late"
+
+
 @wfctl.workflow("flaky-charge", max_retries=0)
 def flaky_charge(ctx: wfctl.Context, data: Any) -> Any:
     return ctx.step("charge", flaky, str(ctx.workflow_id))
@@ -101,6 +123,23 @@ def charge_later(ctx: wfctl.Context, data: Any) -> Any:
 @wfctl.workflow("charge-soon", max_retries=2, retry_base=0.02, retry_cap=0.05)
 def charge_soon(ctx: wfctl.Context, data: Any) -> Any:
     return ctx.step("charge", bank_soon, str(ctx.workflow_id))
+
+
+def _caught(ctx: wfctl.Context, fn: Any) -> Any:
+    try:
+        return ctx.step("charge", fn, str(ctx.workflow_id))
+    except wfctl.StepError as failed:
+        return {"error_type": failed.error_type, "message": failed.message}
+
+
+@wfctl.workflow("hang-once", max_retries=0)
+def hang_once(ctx: wfctl.Context, data: Any) -> Any:
+    return _caught(ctx, hang)
+
+
+@wfctl.workflow("hang-async", max_retries=0)
+def hang_once_async(ctx: wfctl.Context, data: Any) -> Any:
+    return _caught(ctx, hang_async)
 
 
 @wfctl.workflow("plain", max_retries=0)

@@ -2,7 +2,8 @@
 own code in this process: a claim, an ``Execution`` whose writes are flushed at once, and the
 reports. A long backoff parks the run with a ``retrying`` step row (the tries made, the last
 error, the next try's time) that the next claim hands back, so that the replay goes on counting;
-``wfctl show`` lists the tries; ``retry`` starts them afresh. (The rules without a database: tests/unit/
+``wfctl show`` lists the tries; ``retry`` starts them afresh; a worker's heartbeat carries its
+abandoned calls to ``wfctl workers``. (The rules without a database: tests/unit/
 test_step_options.py; on real workers: tests/process/test_step_options_workers.py.)"""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import wfctl
 from wfctl import control, reports
 from wfctl.journal import HandledFailure, Retrying
 from wfctl.registry import Registry
-from wfctl.worker import claims
+from wfctl.worker import claims, heartbeat
 from wfctl.worker.execution import Execution
 from wfctl.worker.transactions import TransactionPool
 
@@ -170,3 +171,12 @@ def test_retry_starts_the_tries_afresh(dsn, conn):
     replay = execute(dsn)
     assert replay.claimed.journal == {} and replay.outcome == "parked"
     assert [r[1:4] for r in step_rows(dsn, wid)] == [("retrying", 1, 1)]  # counted afresh
+
+
+def test_the_heartbeat_carries_the_abandoned_calls_to_the_workers_report(dsn, conn):
+    me = heartbeat.Identity.new()
+    heartbeat.beat(conn, me, 4, ["pay"], interval=1.0, dead_after=3.0, abandoned=3)
+    [row] = reports.workers(conn)
+    assert (row["id"], row["abandoned_calls"]) == (me.id, 3)
+    heartbeat.beat(conn, me, 4, ["pay"], interval=1.0, dead_after=3.0)
+    assert reports.workers(conn)[0]["abandoned_calls"] == 0

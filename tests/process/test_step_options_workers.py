@@ -1,13 +1,16 @@
-"""``@wfctl.step``'s retries and backoff on real workers (tests/apps/stepflows.py; the
+"""``@wfctl.step``'s retries, backoff and timeout on real workers (tests/apps/stepflows.py; the
 rules without a database: tests/unit/test_step_options.py; the rows: tests/db/
 test_step_tries.py).
 
 The tries of a step run within one attempt: a short backoff waits in the worker's thread (a
 SIGTERM cuts it short, a SIGKILL leaves the step to the next attempt), a long one parks the run
-with the record of its tries, which any worker goes on counting from."""
+with the record of its tries, which any worker goes on counting from. A try past its timeout is
+abandoned: a synchronous call runs on in its thread, counted in ``wfctl workers``, its result
+dropped; an async one is cancelled."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from datetime import timedelta
@@ -19,6 +22,7 @@ import pytest
 from helpers import rows, wait_for
 
 import wfctl
+from wfctl.caller import MAX_ABANDONED
 
 APP = "stepflows"
 
@@ -42,6 +46,12 @@ def step_rows(dsn: str, wid: str) -> list[tuple[Any, ...]]:
 
 def log_of(proc: Any) -> str:
     return Path(proc.log_path).read_text()
+
+
+def abandoned(workers: Any) -> list[int]:
+    shown = workers.wfctl("workers", "--json")
+    assert shown.exit_code == 0, shown.output
+    return [w["abandoned_calls"] for w in json.loads(shown.stdout) if w["state"] == "live"]
 
 
 def test_a_step_that_fails_twice_then_succeeds_takes_three_tries_in_one_attempt(workers, dsn):
@@ -181,3 +191,55 @@ def test_sigterm_during_a_short_backoff_parks_the_run_at_once_with_its_tries(wor
     assert wfctl.result(dsn, wid, timeout=5) == "charged"
     assert calls(workers, wid) == 2
     assert step_rows(dsn, wid) == [(1, "charge", "completed", 2, 1, None)]  # the count went on
+
+
+@pytest.mark.slow
+def test_a_sync_call_past_its_timeout_is_abandoned_counted_and_its_late_result_dropped(workers, dsn):
+    gate(workers, "hang").touch()
+    wid = str(wfctl.submit(dsn, "hang-once", {}))
+    workers.start(app=APP)
+    assert wfctl.result(dsn, wid, timeout=30) == {
+        "error_type": "StepTimeout",
+        "message": "step 'charge' timed out after 300ms",
+    }
+    wait_for(lambda: abandoned(workers) == [1], what="wfctl workers to count the abandoned call")
+    assert calls(workers, wid, "late") == 0
+    gate(workers, "hang").unlink()
+    wait_for(lambda: calls(workers, wid, "late") == 1, what="the abandoned call to end")
+    wait_for(lambda: abandoned(workers) == [0], what="the abandoned call to be counted out")
+    assert step_rows(dsn, wid) == [
+        (1, "charge", "handled", 1, 1, "StepTimeout: step 'charge' timed out after 300ms")
+    ]
+    outputs = rows(dsn, "SELECT output_data::text FROM workflow_steps WHERE workflow_id = %s", wid)
+    assert "late" not in str(outputs)
+
+
+@pytest.mark.slow
+def test_a_worker_with_as_many_abandoned_calls_as_it_keeps_claims_nothing_until_one_ends(workers, dsn):
+    gate(workers, "hang").touch()
+    hung = [str(wfctl.submit(dsn, "hang-once", {})) for _ in range(MAX_ABANDONED)]
+    worker = workers.start(app=APP)
+    for wid in hung:
+        assert wfctl.result(dsn, wid, timeout=30)["error_type"] == "StepTimeout"
+    wait_for(lambda: "stopped claiming" in log_of(worker), what="the worker to stop claiming")
+    waiting = str(wfctl.submit(dsn, "plain", {}))
+    beat = rows(dsn, "SELECT heartbeat_at FROM workers")[0][0]
+    # two heartbeats later (polls every 100 ms between them), the new run is still not taken
+    wait_for(lambda: rows(dsn, "SELECT heartbeat_at FROM workers")[0][0] > beat, what="a heartbeat")
+    beat = rows(dsn, "SELECT heartbeat_at FROM workers")[0][0]
+    wait_for(lambda: rows(dsn, "SELECT heartbeat_at FROM workers")[0][0] > beat, what="another heartbeat")
+    assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", waiting) == [("pending",)]
+    assert abandoned(workers) == [MAX_ABANDONED]
+    gate(workers, "hang").unlink()
+    assert wfctl.result(dsn, waiting, timeout=30) == 1
+    assert log_of(worker).count("stopped claiming") == 1 and "claiming again" in log_of(worker)
+
+
+def test_an_async_step_is_cancelled_at_its_timeout(workers, dsn):
+    wid = str(wfctl.submit(dsn, "hang-async", {}))
+    workers.run(app=APP)
+    assert wfctl.result(dsn, wid, timeout=5) == {
+        "error_type": "StepTimeout",
+        "message": "step 'charge' timed out after 300ms",
+    }
+    assert calls(workers, wid, "hang") == 1 and calls(workers, wid, "cancelled") == 1

@@ -1,4 +1,4 @@
-"""``@wfctl.step``: retries with backoff, held without a database through
+"""``@wfctl.step``: retries with backoff and a timeout, held without a database through
 ``MemoryJournal`` (the same rules on real workers: tests/process/test_step_options_workers.py;
 the rows they write: tests/db/test_step_tries.py).
 
@@ -9,13 +9,17 @@ the next call in the same attempt goes on counting, never past ``retries + 1`` t
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from helpers import wait_for
 
 import wfctl
 from wfctl.context import Context, DeterminismError, Parked
+from wfctl.errors import StepTimeout
 from wfctl.journal import HandledFailure, RecordedStep, Retrying
 from wfctl.steps import DEFAULT, StepOptions, options_of
 from wfctl.testing import MemoryJournal
@@ -56,17 +60,19 @@ def test_the_decorator_returns_the_function_with_its_options_attached():
     def charge(order: str) -> str:
         return order
 
-    decorated = wfctl.step(retries=3, retry_base="500ms", retry_cap="30s")(charge)
+    decorated = wfctl.step(retries=3, retry_base="500ms", retry_cap="30s", timeout="20s")(charge)
     assert decorated is charge and charge("A") == "A"  # called directly, it is the function
-    assert options_of(charge) == StepOptions(3, timedelta(milliseconds=500), timedelta(seconds=30))
+    assert options_of(charge) == StepOptions(
+        3, timedelta(milliseconds=500), timedelta(seconds=30), 20.0, "timed out after 20s"
+    )
     assert isinstance(options_of(charge), wfctl.StepOptions)
 
     @wfctl.step
     def bare() -> None: ...
 
     assert options_of(bare) == DEFAULT == StepOptions()
-    assert options_of(lambda: 1) == DEFAULT  # undecorated: one try
-    assert DEFAULT.retries == 0
+    assert options_of(lambda: 1) == DEFAULT  # undecorated: one try, no timeout
+    assert (DEFAULT.retries, DEFAULT.timeout) == (0, None)
 
 
 @pytest.mark.parametrize(
@@ -79,6 +85,10 @@ def test_the_decorator_returns_the_function_with_its_options_attached():
         ({"retry_base": "often"}, "invalid retry_base 'often'"),
         ({"retry_cap": -1}, "retry_cap must be between 0 and 100 years"),
         ({"retry_cap": [1]}, "retry_cap must be a duration"),
+        ({"timeout": "0s"}, "step timeout must be positive"),
+        ({"timeout": "-5s"}, "invalid step timeout"),
+        ({"timeout": "soon"}, "invalid step timeout 'soon'"),
+        ({"timeout": object()}, "step timeout must be a duration"),
     ],
 )
 def test_bad_options_are_refused_when_decorating_with_one_line(options, message):
@@ -230,6 +240,82 @@ def test_a_record_of_tries_met_by_another_kind_of_step_is_a_code_change():
         ctx_of(journal).sleep("1s")
 
 
+# -- timeouts ------------------------------------------------------------------------------------
+
+
+def test_a_sync_call_past_its_timeout_is_abandoned_and_its_late_result_dropped():
+    release = threading.Event()
+    ended = threading.Event()
+
+    @wfctl.step(timeout="200ms")
+    def slow() -> str:
+        release.wait(30)
+        ended.set()
+        return "late"
+
+    journal = journal_at()
+    with pytest.raises(wfctl.StepError) as info:
+        ctx_of(journal).step("slow", slow)
+    assert (info.value.error_type, info.value.message) == ("StepTimeout", "step 'slow' timed out after 200ms")
+    assert isinstance(info.value.__cause__, StepTimeout) and isinstance(info.value.__cause__, TimeoutError)
+    assert journal.caller.abandoned == 1  # it runs on in its thread
+    release.set()
+    assert ended.wait(30)
+    # the count drops as the thread ends, just after its last statement
+    wait_for(lambda: journal.caller.abandoned == 0, what="the abandoned call to be counted out")
+    assert journal.steps == {} and journal.failed_step is not None  # "late" is never stored
+
+
+def test_a_timed_out_try_is_retried_like_any_failed_try():
+    calls: list[int] = []
+
+    @wfctl.step(timeout="100ms", retries=1, retry_base="1ms")
+    def once_slow() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            threading.Event().wait(1.0)
+        return "in time"
+
+    journal = journal_at()
+    assert ctx_of(journal).step("s", once_slow) == "in time"
+    assert journal.steps[1].tries == 2 and journal.caller.abandoned in (0, 1)
+
+
+def test_an_async_step_is_awaited_on_the_loop_and_cancelled_at_its_timeout():
+    seen: list[str] = []
+
+    @wfctl.step(timeout="200ms")
+    async def stuck() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "never"
+
+    async def quick(value: int) -> int:
+        await asyncio.sleep(0)
+        return value * 2
+
+    journal = journal_at()
+    ctx = ctx_of(journal)
+    assert ctx.step("quick", quick, 21) == 42  # no timeout: awaited to its end
+    with pytest.raises(wfctl.StepError, match="step 'stuck' timed out after 200ms"):
+        ctx.step("stuck", stuck)
+    assert seen == ["cancelled"] and journal.caller.abandoned == 0  # nothing left behind
+    journal.caller.close()
+
+
+def test_an_async_step_own_timeout_error_is_not_taken_for_the_step_timeout():
+    @wfctl.step(timeout="10s")
+    async def refuses() -> None:
+        raise TimeoutError("the bank did not answer")
+
+    with pytest.raises(wfctl.StepError) as info:
+        ctx_of(journal_at()).step("refuses", refuses)
+    assert (info.value.error_type, info.value.message) == ("TimeoutError", "the bank did not answer")
+
+
 # -- transactional steps -------------------------------------------------------------------------
 
 
@@ -247,3 +333,16 @@ def test_a_transactional_step_retries_each_try_in_a_transaction_of_its_own():
     journal.connection = "conn"
     assert ctx_of(journal).transaction("debit", debit) == 90
     assert tries == ["conn"] * 3 and journal.steps[1].tries == 3
+
+
+def test_a_timeout_is_refused_for_a_transactional_step_at_the_call():
+    calls: list[Any] = []
+
+    @wfctl.step(timeout="5s")
+    def debit(connection: Any) -> int:
+        calls.append(connection)
+        return 1
+
+    with pytest.raises(wfctl.InvalidInput, match=r"transactional step 'debit'.*statement_timeout") as info:
+        ctx_of(journal_at()).transaction("debit", debit)
+    assert "\n" not in str(info.value) and calls == []

@@ -314,7 +314,18 @@ def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
 def workers_table(rows: Sequence[dict[str, Any]]) -> None:
     table(
         None,
-        ["id", "host", "pid", "state", "heartbeat", "dead after", "running", "started", "version"],
+        [
+            "id",
+            "host",
+            "pid",
+            "state",
+            "heartbeat",
+            "dead after",
+            "running",
+            "abandoned",
+            "started",
+            "version",
+        ],
         [
             (
                 r["id"],
@@ -324,10 +335,11 @@ def workers_table(rows: Sequence[dict[str, Any]]) -> None:
                 ago(r["heartbeat_age_seconds"]),
                 seconds(r["dead_after_seconds"]),
                 f"{r['running']}/{r['concurrency']}",
+                r["abandoned_calls"],  # step calls that outlived their timeout and still run
                 r["started_at"],
                 r["version"],
             )
             for r in rows
         ],
-        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, "left", "left"],
+        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, _NUM, "left", "left"],
     )

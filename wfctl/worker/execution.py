@@ -13,12 +13,13 @@ import json
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 from uuid import UUID
 
 from wfctl import jsonvalue, storedjson
+from wfctl.caller import Caller
 from wfctl.context import (
     Context,
     ControlFlow,
@@ -34,6 +35,7 @@ from wfctl.context import (
 from wfctl.errors import PermanentError, StepError, WaitTimeout
 from wfctl.operations import Op, operation
 from wfctl.registry import WorkflowType
+from wfctl.steps import StepOptions
 from wfctl.tries import SHORT_BACKOFF, WAIT_SLICE, next_try
 from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request, storable_text
@@ -95,9 +97,11 @@ class Execution:
         log: WorkerLog,
         transactions: TransactionPool | None = None,
         leases: Leases | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.claimed = claimed
         self._leases = leases
+        self._caller = caller or Caller()  # the worker's: timeouts, abandoned calls, its event loop
         self._transactions = transactions
         self.workflow = workflow
         self._send = send
@@ -286,6 +290,16 @@ class Execution:
             started=started_at,
             tries=tries,
         )
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        return self._caller.call(name, fn, args, kwargs, options)
 
     def retry_later(
         self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime

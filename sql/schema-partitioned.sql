@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0023, in
+-- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0024, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -53,6 +53,7 @@ CREATE TABLE workers (
     idle                boolean NOT NULL DEFAULT false,
     wake_channel        text,
     started_seq         bigint NOT NULL DEFAULT 0,
+    abandoned_calls     integer NOT NULL DEFAULT 0,
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_dead_after_positive CHECK ((dead_after_seconds > (0)::double precision)),
     CONSTRAINT workers_heartbeat_positive CHECK ((heartbeat_seconds > (0)::double precision))
@@ -178,6 +179,7 @@ CREATE TABLE workflow_steps (
     attempt              integer,
     lease_epoch          bigint,
     workflow_created_at  timestamp with time zone NOT NULL,
+    tries                integer NOT NULL DEFAULT 1,
     CONSTRAINT workflow_steps_pkey PRIMARY KEY (id, workflow_created_at),
     CONSTRAINT workflow_steps_workflow_id_step_number_key UNIQUE (workflow_id, step_number, workflow_created_at)
 ) PARTITION BY RANGE (workflow_created_at);

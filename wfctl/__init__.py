@@ -1,13 +1,13 @@
 """wfctl: durable workflow execution on PostgreSQL.
 
-The public API: ``@wfctl.workflow`` registers a workflow type, ``wfctl.Context`` is what a
-workflow function receives, ``wfctl.submit`` enqueues one from an application, ``wfctl.send``
-signals a running one, ``wfctl.get_event`` reads what it published and ``wfctl.result`` waits
-for its output. The operator API does what ``wfctl show``, ``list``, ``cancel`` and ``retry``
-do: ``wfctl.get`` (a ``wfctl.RunStatus``), ``wfctl.list`` (``wfctl.RunSummary`` rows),
-``wfctl.cancel`` and ``wfctl.retry``. A run is named by its id or by ``key=``, the idempotency
-key it was submitted with. Every error the library raises is a ``wfctl.WfctlError`` (see
-``wfctl/errors.py``).
+The public API: ``@wfctl.workflow`` registers a workflow type, ``@wfctl.step`` gives a step
+function retries and a timeout, ``wfctl.Context`` is what a workflow function receives,
+``wfctl.submit`` enqueues one from an application, ``wfctl.send`` signals a running one,
+``wfctl.get_event`` reads what it published and ``wfctl.result`` waits for its output. The
+operator API does what ``wfctl show``, ``list``, ``cancel`` and ``retry`` do: ``wfctl.get`` (a
+``wfctl.RunStatus``), ``wfctl.list`` (``wfctl.RunSummary`` rows), ``wfctl.cancel`` and
+``wfctl.retry``. A run is named by its id or by ``key=``, the idempotency key it was submitted
+with. Every error the library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
 __version__ = "0.1.0"
@@ -36,6 +36,7 @@ from wfctl.errors import (
 )
 from wfctl.operator import RunStatus, RunSummary, WaitStatus, cancel, get, list, retry
 from wfctl.registry import workflow
+from wfctl.steps import StepOptions, step
 
 __all__ = [
     "AppError",
@@ -54,6 +55,7 @@ __all__ = [
     "SchemaError",
     "ServerError",
     "StepError",
+    "StepOptions",
     "WaitStatus",
     "WaitTimeout",
     "WfctlError",
@@ -67,6 +69,7 @@ __all__ = [
     "result",
     "retry",
     "send",
+    "step",
     "submit",
     "workflow",
 ]

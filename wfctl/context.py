@@ -27,10 +27,13 @@ from wfctl.journal import (
     Parked,
     RecordedStep,
     Released,
+    Retrying,
     StepFailed,
 )
-from wfctl.operations import WAIT_STEP, Op, recv_step_name
+from wfctl.operations import WAIT_STEP, Op, operation, recv_step_name
+from wfctl.steps import StepOptions, options_of
 from wfctl.testing import MemoryJournal
+from wfctl.tries import Tried, failure_of, run_tries
 from wfctl.words import COMPLETED
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "Parked",
     "RecordedStep",
     "Released",
+    "Retrying",
     "StepFailed",
     "check_label",
     "recv_step_name",
@@ -72,12 +76,16 @@ class Context:
         input: Any,
         attempt: int,
         journal: Journal,
+        *,
+        dont_retry: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.workflow_id = workflow_id
         self.workflow_type = workflow_type
         self.input = input
         self.attempt = attempt
         self._journal = journal
+        # the workflow's dont_retry: a step's try that raises one is not tried again either
+        self._dont_retry = dont_retry
         self._next = 0
         self._inside: str | None = None  # the transactional step whose fn is running, if any
 
@@ -88,21 +96,31 @@ class Context:
         (or the workflow ends), and what this call returns is the stored JSON value (the same on
         the first run and on replay). If ``fn`` raises, this raises ``wfctl.StepError``: caught,
         the failure is history (a replay raises it again here without calling ``fn``); uncaught,
-        the attempt fails and the step runs again in the next one.
+        the attempt fails and the step runs again in the next one. ``fn``'s ``@wfctl.step``
+        options (retries, backoff, timeout) say how many tries it gets first, and how long each
+        may take; an ``async def`` function is awaited on the worker's event loop.
         """
+        options = options_of(fn)
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
-        if stored is not None:
+        if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         started = self._journal.now()
         refused = _step_name_problem(name)
         if refused is not None:  # the database would refuse its checkpoint: do not run it
             raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), started)
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:
-            raise self._failed(number, name, exc, started) from exc
+        tried = self._tries(
+            number,
+            name,
+            options,
+            lambda _try: self._journal.call(name, fn, args, kwargs, options),
+            stored,
+            started,
+        )
+        if tried.error is not None:
+            raise self._failed(number, name, tried.error, started, tried.tries) from tried.error
+        result = tried.result
         try:
             encoded = jsonvalue.dumps(result)
         except jsonvalue.UnstorableJSON as exc:
@@ -111,8 +129,35 @@ class Context:
                 f"that cannot be stored as JSON ({exc})"
             )
             raise StepFailed(number, name, error, started) from exc
-        self._journal.record(number, name, encoded, started)
+        self._journal.record(number, name, encoded, started, tried.tries)
         return cast(T, json.loads(encoded))  # untyped JSON: the result as a replay will return it
+
+    def _tries(
+        self,
+        number: int,
+        name: str,
+        options: StepOptions,
+        once: Callable[[int], Any],
+        stored: RecordedStep | None,
+        started: datetime,
+    ) -> Tried:
+        """Step ``number``'s tries (wfctl/tries.py), going on from the tries this attempt made
+        before the run parked for the next one (``stored``: a ``retrying`` record)."""
+        return run_tries(
+            once,
+            options,
+            attempt=self.attempt,
+            before=stored.retrying if stored is not None else None,
+            retryable=self._retryable,
+            retry_later=lambda retrying, delay: self._journal.retry_later(
+                number, name, retrying, delay, started
+            ),
+        )
+
+    def _retryable(self, error: Exception) -> bool:
+        """A failed try is tried again unless it raised a ``PermanentError`` or a type the
+        workflow's ``dont_retry`` names (or a result that is no JSON: a bug)."""
+        return not isinstance(error, (PermanentError, _Unstorable, *self._dont_retry))
 
     def sleep(self, duration: str | float | timedelta) -> None:
         """Sleep durably: the wake time is checkpointed and the worker slot is freed; the
@@ -124,7 +169,7 @@ class Context:
         else:
             delta = timedelta(seconds=float(duration))
         number = self._claim_number(SLEEP_STEP)
-        stored = self._journal.recorded(number)
+        stored = _not_retrying(self._journal.recorded(number), "ctx.sleep")
         if stored is not None:
             wake_at = datetime.fromisoformat(stored.output["wake_at"])
             if wake_at > self._journal.now():
@@ -144,10 +189,20 @@ class Context:
         ``conn`` to the same database commit with the checkpoint, so they happen exactly once
         however the worker dies. ``conn`` is in a transaction: do not commit or roll back, and
         start no other step inside ``fn``. The result must be JSON-serialisable; what this call
-        returns is the stored JSON value, and a replay returns it without calling ``fn``."""
+        returns is the stored JSON value, and a replay returns it without calling ``fn``.
+        ``fn``'s ``@wfctl.step`` retries apply, each try a transaction of its own; a ``timeout``
+        is refused (InvalidInput): set ``statement_timeout`` in the transaction instead."""
+        options = options_of(fn)
+        if options.timeout is not None:
+            raise InvalidInput(
+                f"transactional step {name!r}: its function has a timeout (@wfctl.step(timeout=...)), "
+                "which a transaction cannot have: an abandoned try would hold its transaction and "
+                "its locks open beside the next one; bound its statements with "
+                "SET LOCAL statement_timeout inside fn instead"
+            )
         number = self._claim_number(name)
         stored = self._journal.recorded(number)
-        if stored is not None:
+        if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
         refused = _step_name_problem(name)
@@ -169,21 +224,30 @@ class Context:
                     f"that cannot be stored as JSON ({exc})"
                 ) from exc
 
-        try:
-            # the journal gives the stored JSON value, untyped: fn's result as a replay returns it
-            return cast(T, self._journal.transaction(number, name, call))
-        except ControlFlow:
-            raise
-        except _Unstorable as exc:  # a bug, as for ctx.step: the attempt fails
-            raise StepFailed(number, name, exc, started) from exc
-        except Exception as exc:  # fn raised: nothing was committed
-            raise self._failed(number, name, exc, started) from exc
+        # each try: fn and the checkpoint in one transaction (fn raised: nothing was committed);
+        # the journal gives the stored JSON value, untyped: fn's result as a replay returns it
+        tried = self._tries(
+            number,
+            name,
+            options,
+            lambda made: self._journal.transaction(number, name, call, made),
+            stored,
+            started,
+        )
+        if isinstance(tried.error, _Unstorable):  # a bug, as for ctx.step: the attempt fails
+            raise StepFailed(number, name, tried.error, started) from tried.error
+        if tried.error is not None:
+            raise self._failed(number, name, tried.error, started, tried.tries) from tried.error
+        return cast(T, tried.result)
 
-    def _failed(self, number: int, name: str, error: Exception, started: datetime) -> StepError:
-        """Step ``number``'s function raised ``error``: the StepError the workflow gets, told to
-        the journal (history once the workflow goes past it)."""
-        failure = HandledFailure(type(error).__name__, str(error))
-        self._journal.fail_step(number, name, failure, started)
+    def _failed(
+        self, number: int, name: str, error: Exception, started: datetime, tries: int = 1
+    ) -> StepError:
+        """Step ``number``'s function raised ``error`` (at its last try, ``tries``): the
+        StepError the workflow gets, told to the journal (history once the workflow goes past
+        it)."""
+        failure = failure_of(error)
+        self._journal.fail_step(number, name, failure, started, tries)
         return StepError(number, name, failure.error_type, failure.message)
 
     # -- coordination ---------------------------------------------------------------------------
@@ -306,7 +370,7 @@ class Context:
 
     def _coordinate(self, op: Op, name: str, params: dict[str, Any]) -> Any:
         number = self._claim_number(name)
-        stored = self._journal.recorded(number)
+        stored = _not_retrying(self._journal.recorded(number), operation(op).api)
         if stored is not None:
             return stored.output
         self._journal.boundary()
@@ -373,6 +437,17 @@ def _children(
 
 class _Unstorable(TypeError):
     """A transactional step's result that cannot be stored as JSON."""
+
+
+def _not_retrying(stored: RecordedStep | None, api: str) -> RecordedStep | None:
+    """``stored`` for a step that is not ``ctx.step`` or ``ctx.transaction``: a ``retrying``
+    record (tries of a step function) there means the code changed under the run."""
+    if stored is not None and stored.retrying is not None:
+        raise DeterminismError(
+            f"workflow code changed under a running workflow: step {stored.number} ({stored.name!r}) "
+            f"was a step function being retried when the run parked, the code now calls {api}"
+        )
+    return stored
 
 
 def _replayed(stored: RecordedStep) -> Any:

@@ -46,6 +46,28 @@ def parse_duration(
     return timedelta(seconds=value)
 
 
+#: The longest retry_base or retry_cap accepted (``@wfctl.workflow``, ``@wfctl.step``): a backoff
+#: must stay a time the database can add to now().
+MAX_RETRY_DELAY = timedelta(days=100 * 365)
+
+
+def retry_delay(value: str | float | timedelta, what: str) -> timedelta:
+    """A ``retry_base`` or ``retry_cap``: ``"500ms"``, seconds, or a timedelta, 0 to 100 years."""
+    if isinstance(value, timedelta):
+        delta = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        if not 0 <= value <= MAX_RETRY_DELAY.total_seconds():
+            raise InvalidInput(f"{what} must be between 0 and 100 years, not {value!r} seconds")
+        delta = timedelta(seconds=value)
+    elif isinstance(value, str):
+        delta = parse_duration(value, what=what)
+    else:
+        raise InvalidInput(f"{what} must be a duration such as '500ms', not {value!r}")
+    if not timedelta(0) <= delta <= MAX_RETRY_DELAY:
+        raise InvalidInput(f"{what} must be between 0 and 100 years, not {delta}")
+    return delta
+
+
 def format_minimum(seconds: float) -> str:
     """``0.001`` -> ``1ms``, ``1.0`` -> ``1s`` (for error messages)."""
     return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"

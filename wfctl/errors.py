@@ -126,3 +126,11 @@ class ChildFailed(PermanentError):
         self.workflow_id = workflow_id
         self.status = status
         self.error = error
+
+
+class StepTimeout(TimeoutError):
+    """A try of a step outlived the ``timeout`` of its ``@wfctl.step`` options (``step 'charge'
+    timed out after 20s``): the worker stopped waiting for it and counts a failed try, retried
+    as any other. When no try is left, the workflow meets it as a ``StepError`` whose
+    ``error_type`` is ``"StepTimeout"``. Also a ``TimeoutError``. (Not a ``WfctlError``: it is
+    the step's failure, not a problem wfctl reports.)"""

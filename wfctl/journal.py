@@ -8,12 +8,13 @@ parking for a wait, being released at shutdown, a failed step) uses BaseExceptio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from wfctl.operations import WAITS, Op, WaitKind
+from wfctl.steps import StepOptions
 
 #: What ``Parked.waiting_for`` says of a sleep.
 SLEEPING = WAITS[WaitKind.SLEEP].logged({})
@@ -28,11 +29,25 @@ class HandledFailure:
 
 
 @dataclass(frozen=True)
+class Retrying:
+    """A step whose tries failed so far, with more to come after a backoff long enough that the
+    run parked (a ``retrying`` step row): not a result. A replay in the same ``attempt`` tries
+    the function again and goes on counting from ``tries``; a later attempt starts afresh."""
+
+    tries: int  # tries made in that attempt, all failed
+    failure: HandledFailure  # the last try's error
+    attempt: int  # the attempt of the run that made them
+    next_at: datetime | None = None  # when the next try is due (set when the run parks)
+
+
+@dataclass(frozen=True)
 class RecordedStep:
     number: int
     name: str
     output: Any  # decoded JSON
     failure: HandledFailure | None = None  # the step failed and the workflow went on
+    retrying: Retrying | None = None  # no result yet: tries failed and the run parked for the next
+    tries: int = 1  # the tries the step's function took (the last one returned or raised)
 
 
 class Journal(Protocol):
@@ -49,15 +64,37 @@ class Journal(Protocol):
     def boundary(self) -> None:
         """Called before a new step starts; raises Released or Lost to stop the run here."""
 
-    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
-        """Store step ``number``'s result durably. It may return before the commit: the next
-        ``boundary``, ``park`` or the run's end waits for it (and raises Lost if it failed)."""
+    def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
+        """Store step ``number``'s result (its function's try ``tries`` returned it) durably. It
+        may return before the commit: the next ``boundary``, ``park`` or the run's end waits for
+        it (and raises Lost if it failed)."""
 
-    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
-        """Step ``number``'s function raised, and its StepError goes to the workflow. Stored as
-        the run's history (what a replay raises) once the workflow goes past it: its next step,
-        wait or end; not stored when that StepError itself ends the attempt, so that the step
-        runs again in the next attempt."""
+    def fail_step(
+        self, number: int, name: str, failure: HandledFailure, started_at: datetime, tries: int = 1
+    ) -> None:
+        """Step ``number``'s function raised (at its last try, ``tries``), and its StepError
+        goes to the workflow. Stored as the run's history (what a replay raises) once the
+        workflow goes past it: its next step, wait or end; not stored when that StepError itself
+        ends the attempt, so that the step runs again in the next attempt."""
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        """One try of step ``name``: ``fn(*args, **kwargs)`` within ``options.timeout``
+        (wfctl/caller.py: a coroutine function runs on an event loop; past the timeout the try
+        raises ``wfctl.errors.StepTimeout``)."""
+
+    def retry_later(
+        self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime
+    ) -> None:
+        """Try ``retrying.tries`` of step ``number`` failed; the next one is due in ``delay``
+        seconds. Return when it is time for it (a backoff of up to ``tries.SHORT_BACKOFF``),
+        or store ``retrying`` (with its ``next_at``) and raise Parked until then."""
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         """Store the sleep step and make the workflow runnable again at ``wake_at``."""
@@ -69,9 +106,10 @@ class Journal(Protocol):
     def now(self) -> datetime:
         """The current time, by the database's clock where there is one."""
 
-    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str], tries: int = 1) -> Any:
         """Run ``fn(conn)`` (it returns the step's output as JSON text) and checkpoint step
-        ``number`` in one database transaction; return the stored output (decoded JSON)."""
+        ``number`` (its try ``tries``) in one database transaction; return the stored output
+        (decoded JSON)."""
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run coordination step ``number`` (``op``: one of wfctl.operations.OPERATIONS) and

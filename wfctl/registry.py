@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from wfctl import cron
-from wfctl.durations import parse_duration, timeout_message, timeout_seconds
+from wfctl.durations import retry_delay, timeout_message, timeout_seconds
 from wfctl.errors import AppError, InvalidInput
 from wfctl.limits import Limits, declared
 
@@ -62,25 +62,6 @@ class Registry:
 default_registry = Registry()
 
 
-#: The longest retry_base or retry_cap accepted: a backoff must stay a time the database can
-#: add to now().
-MAX_RETRY_DELAY = timedelta(days=100 * 365)
-
-
-def _as_delta(value: str | float | timedelta, what: str) -> timedelta:
-    if isinstance(value, timedelta):
-        delta = value
-    elif isinstance(value, int | float):
-        if not 0 <= value <= MAX_RETRY_DELAY.total_seconds():
-            raise InvalidInput(f"{what} must be between 0 and 100 years, not {value!r} seconds")
-        delta = timedelta(seconds=value)
-    else:
-        delta = parse_duration(value, what=what)
-    if not timedelta(0) <= delta <= MAX_RETRY_DELAY:
-        raise InvalidInput(f"{what} must be between 0 and 100 years, not {delta}")
-    return delta
-
-
 def _error_classes(value: object) -> tuple[type[BaseException], ...]:
     """``dont_retry`` as a tuple of exception classes: one class or a tuple/list of them."""
     items = tuple(value) if isinstance(value, tuple | list) else (value,)
@@ -125,8 +106,8 @@ def workflow(
     if max_retries < 0:
         raise InvalidInput("max_retries must be >= 0")
 
-    base = _as_delta(retry_base, "retry_base")
-    cap = _as_delta(retry_cap, "retry_cap")
+    base = retry_delay(retry_base, "retry_base")
+    cap = retry_delay(retry_cap, "retry_cap")
     permanent = _error_classes(dont_retry)
     seconds = timeout_seconds(timeout, "timeout")
     if seconds is not None and seconds <= 0:

@@ -7,21 +7,32 @@ wfctl/operations.py from dictionaries a test fills and reads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from wfctl.journal import HandledFailure, Parked, RecordedStep
+from wfctl.caller import Caller
+from wfctl.journal import HandledFailure, Parked, RecordedStep, Retrying
 from wfctl.operations import OPERATIONS, WAITS, Op, WaitKind, operation
+from wfctl.steps import StepOptions
+from wfctl.tries import SHORT_BACKOFF, next_try
 from wfctl.words import FINISHED
 
 __all__ = ["MemoryJournal"]
 
 
 class MemoryJournal:
-    """A journal in memory, for testing workflow functions and replay rules without a database."""
+    """A journal in memory, for testing workflow functions and replay rules without a database.
+
+    Step options (``@wfctl.step``) hold as under a worker: a try past its ``timeout`` fails
+    with ``StepTimeout`` (a synchronous function runs on in its own thread, counted in
+    ``caller.abandoned``); a backoff of up to 2 s is not waited but appended to ``backoffs``;
+    a longer one stores a ``retrying`` step (``steps[n].retrying``: the tries made, the last
+    error, the next try's time) and raises ``Parked`` until then, as a sleep does. Call the
+    workflow again with the same attempt to go on counting; a new attempt starts afresh."""
 
     def __init__(self, steps: dict[int, RecordedStep] | None = None) -> None:
         self.steps: dict[int, RecordedStep] = dict(steps or {})
@@ -39,6 +50,8 @@ class MemoryJournal:
         # workflow goes past it, as the worker does; an uncaught StepError leaves it here, and
         # the step runs again when the workflow function is called again
         self.failed_step: RecordedStep | None = None
+        self.caller = Caller()  # runs each try of a step function (timeouts, async functions)
+        self.backoffs: list[float] = []  # the short backoffs between tries, in seconds (not waited)
 
     def recorded(self, number: int) -> RecordedStep | None:
         return self.steps.get(number)
@@ -56,12 +69,41 @@ class MemoryJournal:
         if failed is not None:
             self.steps[failed.number] = failed
 
-    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+    def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
         self._keep_failed()
-        self.steps[number] = RecordedStep(number, name, json.loads(output_json))
+        self.steps[number] = RecordedStep(number, name, json.loads(output_json), tries=tries)
 
-    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
-        self.failed_step = RecordedStep(number, name, None, failure)
+    def fail_step(
+        self, number: int, name: str, failure: HandledFailure, started_at: datetime, tries: int = 1
+    ) -> None:
+        stored = self.steps.get(number)
+        if stored is not None and stored.retrying is not None:
+            del self.steps[number]  # the tries are over: the failure replaces their record
+        self.failed_step = RecordedStep(number, name, None, failure, tries=tries)
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        return self.caller.call(name, fn, args, kwargs, options)
+
+    def retry_later(
+        self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime
+    ) -> None:
+        if delay <= SHORT_BACKOFF:
+            self.backoffs.append(delay)
+            return
+        self._keep_failed()
+        due = self.now() + timedelta(seconds=delay)
+        self.steps[number] = RecordedStep(
+            number, name, None, retrying=dataclasses.replace(retrying, next_at=due), tries=retrying.tries
+        )
+        self.parked_until = due
+        raise Parked(due, next_try(name, retrying.tries))
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
         self._keep_failed()
@@ -74,10 +116,10 @@ class MemoryJournal:
     def now(self) -> datetime:
         return self.clock()
 
-    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str], tries: int = 1) -> Any:
         self._keep_failed()
         output = json.loads(fn(self.connection))
-        self.steps[number] = RecordedStep(number, name, output)
+        self.steps[number] = RecordedStep(number, name, output, tries=tries)
         return output
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:

@@ -22,6 +22,9 @@ CANCELLED: Final = "cancelled"
 #: A step whose function raised and whose StepError the workflow handled (workflow_steps.status;
 #: a step that failed its attempt is ``failed``, one that returned is ``completed``).
 HANDLED: Final = "handled"
+#: A step whose tries failed so far and whose run parked until the next one (``@wfctl.step``'s
+#: retries, a backoff too long to wait in the worker): no result yet, a record of the tries.
+RETRYING: Final = "retrying"
 
 #: The words workflows.status may hold, in life-cycle order.
 STATUSES = (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED)

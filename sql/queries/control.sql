@@ -65,7 +65,8 @@ DELETE FROM workflow_steps WHERE workflow_id = %(id)s AND step_number >= %(from_
 
 -- name: retry
 -- A failed or cancelled workflow back to pending, its attempt counter reset, keeping the
--- checkpoints that are left (all of them unless --from-step deleted some). A retried run has
+-- checkpoints that are left (all of them unless --from-step deleted some) and the failures the
+-- workflow handled, but not the record of a step's tries (they start afresh). A retried run has
 -- no deadline (it may have failed by timing out), and a wait in progress starts afresh.
 -- A wait the run had parked in (it has no step stored) stays part of its history, as what
 -- the run's next step is, unless --from-step is at or before it: its topic or ids are kept
@@ -98,9 +99,16 @@ left_off AS (
     FROM revive r
     JOIN workflows w ON w.id = r.id
     CROSS JOIN LATERAL (
+        -- a handled failure is history as a completed step is (the replay raises it again)
         SELECT coalesce(max(s.step_number), 0) AS step FROM workflow_steps s
-        WHERE s.workflow_id = r.id AND s.status = 'completed'
+        WHERE s.workflow_id = r.id AND s.status IN ('completed', 'handled')
     ) AS l
+),
+tries_forgotten AS (
+    -- the record of a step's tries (retrying, migration 0024) counts within an attempt; the
+    -- retried run starts at attempt 1, its steps' tries afresh
+    DELETE FROM workflow_steps s USING left_off o
+    WHERE s.workflow_id = o.id AND s.status = 'retrying'
 )
 UPDATE workflows w
 SET status = 'pending', attempt = 1, lease_epoch = w.lease_epoch + 1, run_at = (SELECT wfctl_now()),

@@ -325,10 +325,14 @@ ORDER BY a.lease_epoch;
 
 -- name: workflow_steps
 -- The step timeline: offsets from the workflow's first claim (its creation if never claimed).
+-- tries (migration 0024): how many tries the step's function took; a retrying step (its run
+-- parked until the next try) says when that try is due.
 SELECT s.step_number,
        s.step_name,
        s.status,
        s.attempt,
+       s.tries,
+       CASE WHEN s.status = 'retrying' THEN (s.output_data ->> 'next_try_at')::timestamptz END AS next_try_at,
        s.started_at,
        s.completed_at,
        round(extract(epoch FROM s.started_at - coalesce(w.started_at, w.created_at))::numeric, 3)
@@ -367,6 +371,8 @@ FROM (
            (SELECT count(*) FROM workflows w
              WHERE w.status = 'running' AND w.lease_owner = k.id) AS running,
            k.concurrency,
+           -- step calls that outlived their timeout and still run there (migration 0024)
+           k.abandoned_calls,
            k.workflow_types,
            k.version,
            k.started_at,

@@ -136,12 +136,14 @@ claimed AS (
               w.current_step, w.deadline_at, w.deadline_error,
               CASE WHEN w.current_step > 0 THEN (
                   -- a handled step (its function raised, the workflow caught the StepError)
-                  -- is history too: its output is the error's type and message
+                  -- is history too: its output is the error's type and message; a retrying
+                  -- step (migration 0024: tries failed, the run parked until the next) is the
+                  -- record of its tries, which the replay goes on counting in the same attempt
                   SELECT json_agg(json_build_array(s.step_number, s.step_name, s.output_data,
-                                                   s.status = 'handled')
+                                                   s.status, s.attempt, s.tries)
                                   ORDER BY s.step_number)
                   FROM workflow_steps s
-                  WHERE s.workflow_id = w.id AND s.status IN ('completed', 'handled')
+                  WHERE s.workflow_id = w.id AND s.status IN ('completed', 'handled', 'retrying')
               ) END AS journal,
               (SELECT wfctl_now()) AS db_now, w.created_at,
               -- the frontier's key: where in the runnable index this run was
@@ -276,10 +278,11 @@ WITH r AS (
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
                 %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
                 %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[],
-                %(timeouts)s::bool[])
+                %(timeouts)s::bool[], %(step_tries)s::int[], %(wait_kinds)s::text[])
          AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
               do_error, set_error, attempt_inc, run_at, run_delay, finish, attempt, step, name,
-              step_status, output, started, step_error, set_traceback, outcome, timeout)
+              step_status, output, started, step_error, set_traceback, outcome, timeout, tries,
+              wait_kind)
 ),
 w AS (
     UPDATE {workflows} wf
@@ -292,7 +295,9 @@ w AS (
         run_at = CASE WHEN r.run_delay IS NOT NULL THEN (SELECT wfctl_now()) + make_interval(secs => r.run_delay)
                       ELSE coalesce(r.run_at, wf.run_at) END,
         finished_at = CASE WHEN r.finish THEN (SELECT wfctl_now()) ELSE wf.finished_at END,
-        wait_kind = CASE WHEN r.outcome = 'parked' THEN 'sleep' ELSE wf.wait_kind END,
+        -- a parked run: a sleep waits for its time ('sleep'); a step's next try (a backoff,
+        -- migration 0024) waits for nothing (NULL), as a failed attempt's backoff
+        wait_kind = CASE WHEN r.outcome = 'parked' THEN r.wait_kind ELSE wf.wait_kind END,
         updated_at = (SELECT wfctl_now())
     FROM r
     WHERE wf.id = r.id
@@ -318,11 +323,12 @@ a AS (
 s AS (
     -- workflow_created_at: the partition key of the partitioned layout (migration 0010); the
     -- constraint is named so that one text serves both layouts (it has the key in that one)
+    -- tries (migration 0024): how many tries the step's function took (@wfctl.step's retries)
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
                                       started_at, completed_at, error_message, attempt, lease_epoch,
-                                      workflow_created_at)
+                                      workflow_created_at, tries)
     SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, (SELECT wfctl_now()), r.step_error,
-           r.attempt, r.epoch, w.created_at
+           r.attempt, r.epoch, w.created_at, coalesce(r.tries, 1)
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
     WHERE r.step IS NOT NULL
@@ -330,7 +336,7 @@ s AS (
     SET step_name = excluded.step_name, status = excluded.status,
         output_data = excluded.output_data, started_at = excluded.started_at,
         completed_at = excluded.completed_at, error_message = excluded.error_message,
-        attempt = excluded.attempt, lease_epoch = excluded.lease_epoch
+        attempt = excluded.attempt, lease_epoch = excluded.lease_epoch, tries = excluded.tries
     WHERE ws.status <> 'completed' OR ws.lease_epoch = excluded.lease_epoch
     RETURNING ws.workflow_id, ws.lease_epoch
 ),
@@ -383,15 +389,18 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- (migration 0004): everyone judges this worker by them.
 -- wake_channel (migration 0014): the channel it takes addressed wake-ups on, NULL when it
 -- does not listen (--no-listen, a transaction pooler).
+-- abandoned_calls (migration 0024): the worker's step calls that outlived their timeout and
+-- still run (wfctl/caller.py).
 WITH beat AS (
     INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
-                         heartbeat_seconds, dead_after_seconds, wake_channel)
+                         heartbeat_seconds, dead_after_seconds, wake_channel, abandoned_calls)
     VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s,
             %(interval)s, %(dead_after)s,
-            CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END)
+            CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END, %(abandoned)s)
     ON CONFLICT (id) DO UPDATE
     SET heartbeat_at = (SELECT wfctl_now()), stopped_at = NULL, wake_channel = excluded.wake_channel,
-        idle = workers.idle AND excluded.wake_channel IS NOT NULL
+        idle = workers.idle AND excluded.wake_channel IS NOT NULL,
+        abandoned_calls = excluded.abandoned_calls
     RETURNING id
 )
 UPDATE workflows
@@ -519,3 +528,9 @@ WHERE workflow_id = %(id)s AND step_number = %(step)s AND status = 'completed'
 -- the coordination steps use, migration 0006).
 SELECT wfctl_step_done(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(output)s::jsonb,
                        %(started)s);
+
+-- name: transaction_tries
+-- After the checkpoint, in the same transaction: the tries the step's function took, when more
+-- than one (@wfctl.step's retries; migration 0024). wfctl_step_done leaves the column as it was.
+UPDATE workflow_steps SET tries = %(tries)s
+WHERE workflow_id = %(id)s AND step_number = %(step)s AND lease_epoch = %(epoch)s;

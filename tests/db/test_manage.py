@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import psycopg
+from helpers import rows
+from support.executions import execute
 from support.manage import one
 
 import wfctl
+from wfctl import control
+from wfctl.registry import Registry
 
 
 def test_cancel_pending_then_again_is_an_error(cli, dsn):
@@ -48,6 +53,42 @@ def test_retry_from_step_forgets_later_checkpoints(cli, dsn):
     assert result.exit_code == 0 and json.loads(result.stdout)["resumes_after_step"] == 1
     assert one(dsn, "SELECT array_agg(step_number) FROM workflow_steps WHERE workflow_id = %s", wid) == ([1],)
     assert one(dsn, "SELECT status, current_step FROM workflows WHERE id = %s", wid) == ("pending", 1)
+
+
+class Declined(Exception):
+    pass
+
+
+def test_retry_keeps_a_handled_failure_as_history_when_it_is_the_last_step(dsn):
+    """The run caught its only step's failure and then failed: the retried run's journal has
+    the failure (current_step counts it), so the replay raises it without calling the step."""
+    registry = Registry()
+    tried: list[str] = []
+
+    def reserve() -> str:
+        tried.append("reserve")
+        raise Declined("no stock")
+
+    @wfctl.workflow("give-up", max_retries=0, registry=registry)
+    def give_up(ctx: wfctl.Context, data: Any) -> str:
+        try:
+            return str(ctx.step("reserve", reserve))
+        except wfctl.StepError as failed:
+            raise RuntimeError(f"gave up: {failed.message}") from failed
+
+    wid = wfctl.submit(dsn, "give-up", {})
+    assert execute(dsn, registry).outcome == "failed"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        control.retry(conn, wid)
+    assert rows(dsn, "SELECT status, attempt, current_step FROM workflows WHERE id = %s", wid) == [
+        ("pending", 1, 1)
+    ]
+    replay = execute(dsn, registry)
+    assert replay.claimed.journal[1].failure is not None
+    assert replay.outcome == "failed" and tried == ["reserve"]  # raised again, not called again
+    assert rows(dsn, "SELECT error_message FROM workflows WHERE id = %s", wid) == [
+        ("RuntimeError: gave up: no stock",)
+    ]
 
 
 def test_retry_of_a_pending_or_running_one_is_an_error(cli, dsn):

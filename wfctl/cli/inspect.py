@@ -207,7 +207,8 @@ def workers(
     json: JsonOpt = False,
 ) -> None:
     """Registered workers, live ones first: host, pid, heartbeat age and interval, workflows
-    running. Dead: it missed its heartbeats (its interval times its missed beats)."""
+    running, step calls abandoned at their timeout. Dead: it missed its heartbeats (its
+    interval times its missed beats)."""
     threshold = _stale(stale)
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:

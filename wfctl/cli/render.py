@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # Rich is imported where it draws: a worker logging plain tex
 from wfctl.durations import format_duration
 from wfctl.printable import INVISIBLE, printable
 from wfctl.storedjson import Unreadable
-from wfctl.words import CANCELLED, COMPLETED, FAILED, HANDLED, PENDING, RUNNING
+from wfctl.words import CANCELLED, COMPLETED, FAILED, HANDLED, PENDING, RETRYING, RUNNING
 
 #: Width of tables written to a pipe or file (a terminal uses its own width, COLUMNS wins).
 PIPE_WIDTH = 200
@@ -200,6 +200,7 @@ STATUS_STYLES = {
     FAILED: "bold red",
     CANCELLED: "dim",
     HANDLED: "magenta",  # a step that failed and whose StepError the workflow handled
+    RETRYING: "yellow",  # a step whose tries failed so far: its run parked until the next
     "live": "green",
     "dead": "bold red",
     "stopped": "dim",

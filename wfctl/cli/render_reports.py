@@ -264,13 +264,14 @@ def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:
     span = max([*ends, float(w["elapsed_seconds"] or 0)]) if w["finished_at"] else max(ends)
     table(
         f"Steps (timeline: {format_duration(span)} from the first claim)",
-        ["#", "step", "status", "attempt", "offset", "duration", "timeline", "error"],
+        ["#", "step", "status", "attempt", "tries", "offset", "duration", "timeline", "error"],
         [
             (
                 s["step_number"],
                 s["step_name"],
-                styled(s["status"]),
+                _step_status(s),
                 s["attempt"],
+                s["tries"],
                 seconds(s["offset_seconds"]),
                 seconds(s["duration_seconds"]),
                 timeline_bar(
@@ -280,8 +281,16 @@ def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:
             )
             for s in detail.steps
         ],
-        justify=[_NUM, "left", "left", _NUM, _NUM, _NUM, "left", "left"],
+        justify=[_NUM, "left", "left", _NUM, _NUM, _NUM, _NUM, "left", "left"],
     )
+
+
+def _step_status(step: dict[str, Any]) -> Any:
+    """A step's status; a retrying one's with the time of its next try."""
+    if step.get("next_try_at") is None:
+        return styled(step["status"])
+    due = step["next_try_at"].astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return plain(f"{step['status']}, next try {due}", style=STATUS_STYLES.get(step["status"], ""))
 
 
 def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
@@ -309,7 +318,18 @@ def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
 def workers_table(rows: Sequence[dict[str, Any]]) -> None:
     table(
         None,
-        ["id", "host", "pid", "state", "heartbeat", "dead after", "running", "started", "version"],
+        [
+            "id",
+            "host",
+            "pid",
+            "state",
+            "heartbeat",
+            "dead after",
+            "running",
+            "abandoned",
+            "started",
+            "version",
+        ],
         [
             (
                 r["id"],
@@ -319,10 +339,11 @@ def workers_table(rows: Sequence[dict[str, Any]]) -> None:
                 ago(r["heartbeat_age_seconds"]),
                 seconds(r["dead_after_seconds"]),
                 f"{r['running']}/{r['concurrency']}",
+                r["abandoned_calls"],  # step calls that outlived their timeout and still run
                 r["started_at"],
                 r["version"],
             )
             for r in rows
         ],
-        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, "left", "left"],
+        justify=["left", "left", _NUM, "left", _NUM, _NUM, _NUM, _NUM, "left", "left"],
     )

@@ -17,8 +17,9 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
+from wfctl.operations import WaitKind
 from wfctl.queries import composed
-from wfctl.words import COMPLETED, FAILED, HANDLED, PENDING, RUNNING
+from wfctl.words import COMPLETED, FAILED, HANDLED, PENDING, RETRYING, RUNNING
 from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
 #: "timeout": the run failed at its deadline, with its deadline error: the one write the
@@ -47,9 +48,11 @@ class Request:
         "output",
         "partition",
         "result",
+        "retrying",
         "started",
         "step",
         "traceback",
+        "tries",
         "wake",
         "workflow_id",
     )
@@ -73,6 +76,8 @@ class Request:
         wake: datetime | None = None,  # for 'park'
         expect: int | None = None,  # for 'complete': the last step the run checkpointed
         partition: int | None = None,  # the oid of the workflows partition holding the run
+        tries: int = 1,  # the step row: the tries its function took
+        retrying: bool = False,  # for 'park': the step row records failed tries, the run parks until the next
     ) -> None:
         self.workflow_id, self.epoch, self.kind, self.attempt = workflow_id, epoch, kind, attempt
         self.step, self.name, self.output, self.started = step, name, output, started
@@ -81,6 +86,7 @@ class Request:
         self.partition = partition
         self.error, self.traceback = error, traceback
         self.final, self.delay, self.wake = final, delay, wake
+        self.tries, self.retrying = tries, retrying
         self.ok = False
         self.failure: BaseException | None = None  # the database could not be reached for good
         # a one-shot latch: held from creation, released once resolved (cheaper than an Event)
@@ -189,14 +195,18 @@ class Target:
     step_output: str | None = None  # JSON text
     step_started: datetime | None = None
     step_error: str | None = None
+    step_tries: int | None = None
+    wait_kind: str | None = None  # what a parked run waits for (None: nothing, e.g. a step's next try)
     outcome: str | None = None  # the execution ends: how (closes its workflow_attempts row)
     timeout: bool = False  # the run timed out: written only past its deadline (others only before)
 
 
 def _step_row(t: Target, r: Request, *, failed: bool = False) -> None:
-    t.step, t.step_name, t.step_started = r.step, r.name, r.started
+    t.step, t.step_name, t.step_started, t.step_tries = r.step, r.name, r.started, r.tries
     if failed:
         t.step_status, t.step_error = FAILED, r.error
+    elif r.retrying:  # tries failed, the run parks until the next: the tries made, the last error
+        t.step_status, t.step_output, t.step_error = RETRYING, r.output, r.error
     elif r.error is not None:  # a step whose StepError the workflow handled: its history
         t.step_status, t.step_output, t.step_error = HANDLED, r.output, r.error
     else:
@@ -214,6 +224,8 @@ def target(group: tuple[Request, ...]) -> Target:
         t.status, t.current_step = RUNNING, first.step
     if kind == "park":
         t.status, t.run_at, t.outcome = PENDING, last.wake, "parked"
+        # a sleep (a replayed one too) waits for its time; a step's next try is a backoff
+        t.wait_kind = None if last.retrying else str(WaitKind.SLEEP)
         if last.step is not None:  # a new sleep (a replayed one only leaves again)
             _step_row(t, last)
             t.current_step = last.step
@@ -318,6 +330,8 @@ def _write(
         "outputs": _text_array([t.step_output for t in rows]),
         "started": _array([t.step_started for t in rows]),
         "step_errors": _text_array([storable_text(t.step_error) for t in rows]),
+        "step_tries": _array([t.step_tries for t in rows]),
+        "wait_kinds": _text_array([t.wait_kind for t in rows]),
         "tracebacks": _text_array([t.traceback for t in rows]),
         "outcomes": _text_array([t.outcome for t in rows]),
         "timeouts": _array([t.timeout for t in rows]),

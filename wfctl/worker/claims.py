@@ -13,9 +13,10 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from wfctl import storedjson
-from wfctl.context import HandledFailure, RecordedStep
+from wfctl.context import HandledFailure, RecordedStep, Retrying
 from wfctl.operations import WAIT_STEP, recv_step_name
 from wfctl.queries import q, spliced
+from wfctl.words import COMPLETED, HANDLED
 
 
 @dataclass(frozen=True)
@@ -261,19 +262,28 @@ def claim(
 
 
 def _journal(value: Any) -> dict[int, RecordedStep]:
-    """The steps of a claim's journal column, completed or failed and handled (empty when it
-    cannot be read: the run is then not run, see ``_unreadable``)."""
+    """The steps of a claim's journal column: completed, failed and handled, or retrying (empty
+    when it cannot be read: the run is then not run, see ``_unreadable``)."""
     if not isinstance(value, list):
         return {}
-    return {int(row[0]): _recorded(int(row[0]), row[1], row[2], row[3]) for row in value}
+    return {int(row[0]): _recorded(int(row[0]), *row[1:6]) for row in value}
 
 
-def _recorded(number: int, name: str, output: Any, handled: bool) -> RecordedStep:
-    if not handled:
-        return RecordedStep(number, name, output)
+def _recorded(
+    number: int, name: str, output: Any, status: str, attempt: int | None, tries: int | None
+) -> RecordedStep:
+    made = int(tries or 1)
+    if status == COMPLETED:
+        return RecordedStep(number, name, output, tries=made)
     stored = output if isinstance(output, dict) else {}
     failure = HandledFailure(str(stored.get("type", "Exception")), str(stored.get("message", "")))
-    return RecordedStep(number, name, None, failure)
+    if status == HANDLED:
+        return RecordedStep(number, name, None, failure, tries=made)
+    due = stored.get("next_try_at")
+    retrying = Retrying(
+        made, failure, int(attempt or 0), datetime.fromisoformat(due) if isinstance(due, str) else None
+    )
+    return RecordedStep(number, name, None, retrying=retrying, tries=made)
 
 
 def _unreadable(row: ClaimRow) -> str | None:

@@ -13,12 +13,13 @@ import json
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 from uuid import UUID
 
 from wfctl import jsonvalue, storedjson
+from wfctl.caller import Caller
 from wfctl.context import (
     Context,
     ControlFlow,
@@ -28,11 +29,14 @@ from wfctl.context import (
     Parked,
     RecordedStep,
     Released,
+    Retrying,
     StepFailed,
 )
 from wfctl.errors import PermanentError, StepError, WaitTimeout
 from wfctl.operations import Op, operation
 from wfctl.registry import WorkflowType
+from wfctl.steps import StepOptions
+from wfctl.tries import SHORT_BACKOFF, WAIT_SLICE, next_try
 from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request, storable_text
 from wfctl.worker.claims import Claimed
@@ -93,9 +97,11 @@ class Execution:
         log: WorkerLog,
         transactions: TransactionPool | None = None,
         leases: Leases | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.claimed = claimed
         self._leases = leases
+        self._caller = caller or Caller()  # the worker's: timeouts, abandoned calls, its event loop
         self._transactions = transactions
         self.workflow = workflow
         self._send = send
@@ -188,7 +194,7 @@ class Execution:
         if self.past_deadline():
             raise DeadlinePassed(self.claimed.deadline_error or "timed out")
 
-    def transaction(self, number: int, name: str, fn: Callable[[Any], str]) -> Any:
+    def transaction(self, number: int, name: str, fn: Callable[[Any], str], tries: int = 1) -> Any:
         """A transactional step (wfctl/worker/transactions.py): ``fn`` and the checkpoint in one
         transaction on a pooled connection, fenced by this execution's epoch."""
         self._keep_handled()
@@ -197,7 +203,12 @@ class Execution:
             raise RuntimeError("this worker has no connection pool for transactional steps")
         c = self.claimed
         try:
-            output = run_step(self._transactions, c.id, c.epoch, c.attempt, number, name, self.now(), fn)
+            # the row's tries: written when more than one, or over a parked record of tries
+            before = c.journal.get(number)
+            counted = tries if tries > 1 or (before is not None and before.retrying is not None) else None
+            output = run_step(
+                self._transactions, c.id, c.epoch, c.attempt, number, name, self.now(), fn, tries=counted
+            )
         except Fenced:
             raise Lost() from None
         except Expired as expired:
@@ -257,15 +268,19 @@ class Execution:
         c = self.claimed
         return c.db_now + timedelta(seconds=time.monotonic() - c.claimed_at)
 
-    def record(self, number: int, name: str, output_json: str, started_at: datetime) -> None:
+    def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
         if self.lost:
             raise Lost()
         self._keep_handled()
-        step = self._request("step", step=number, name=name, output=output_json, started=started_at)
+        step = self._request(
+            "step", step=number, name=name, output=output_json, started=started_at, tries=tries
+        )
         self._checkpoint(step)
 
-    def fail_step(self, number: int, name: str, failure: HandledFailure, started_at: datetime) -> None:
-        message = (storable_text(failure.message) or "")[:MAX_ERROR_CHARS]
+    def fail_step(
+        self, number: int, name: str, failure: HandledFailure, started_at: datetime, tries: int = 1
+    ) -> None:
+        message = _message(failure)
         self._handled = self._request(
             "step",
             step=number,
@@ -273,7 +288,83 @@ class Execution:
             output=json.dumps({"type": failure.error_type, "message": message}),
             error=f"{failure.error_type}: {message}"[:MAX_ERROR_CHARS],
             started=started_at,
+            tries=tries,
         )
+
+    def call(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        options: StepOptions,
+    ) -> Any:
+        return self._caller.call(name, fn, args, kwargs, options)
+
+    def retry_later(
+        self, number: int, name: str, retrying: Retrying, delay: float, started_at: datetime
+    ) -> None:
+        """A try of step ``number`` failed: log it, then wait for the next one here (a short
+        backoff), or park the run until then with the record of the tries (a long one, or a
+        worker that stops during a short one: the next execution goes on counting)."""
+        c = self.claimed
+        failure = retrying.failure
+        self._log.event(
+            "step_retry",
+            f"{self.id} step {number} {name!r} try {retrying.tries} failed: "
+            f"{failure.error_type}: {_message(failure)}",
+            level="warning",
+            type=c.workflow_type,
+            attempt=c.attempt,
+            step=f"{number} {name}",
+            tries=retrying.tries,
+            retry_in=f"{delay:.2f}s",
+        )
+        due = self.now() + timedelta(seconds=delay)
+        if delay <= SHORT_BACKOFF and self._pause(delay):
+            return
+        message = _message(failure)
+        parked = self._write(
+            "park",
+            step=number,
+            name=name,
+            output=json.dumps(
+                {
+                    "tries": retrying.tries,
+                    "type": failure.error_type,
+                    "message": message,
+                    "next_try_at": due.isoformat(),
+                }
+            ),
+            error=f"{failure.error_type}: {message}"[:MAX_ERROR_CHARS],
+            started=started_at,
+            wake=due,
+            tries=retrying.tries,
+            retrying=True,
+            terminal=True,
+        )
+        if not parked:
+            raise Lost()
+        self._last_step = number
+        raise Parked(due, next_try(name, retrying.tries))
+
+    def _pause(self, seconds: float) -> bool:
+        """A short backoff in this thread: True once it has passed (and the run may go on);
+        False when the worker stops meanwhile (the run parks instead of waiting). Looks at the
+        stop (at once: an Event) and the lease at least every WAIT_SLICE; raises Lost when the
+        lease is gone, DeadlinePassed past the run's deadline."""
+        until = time.monotonic() + seconds
+        while True:
+            if self.lost:
+                raise Lost()
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            if self._stopping.wait(min(WAIT_SLICE, left)):
+                return False
+        self._check_lease()
+        self._check_deadline()
+        return True
 
     def _keep_handled(self) -> None:
         """The workflow went past a step whose StepError it caught: that failure is now its
@@ -347,7 +438,7 @@ class Execution:
         fields: RunFields = {"type": c.workflow_type, "attempt": c.attempt}
         self._log.event("started", self.id, **fields)
         began = time.monotonic()
-        ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self)
+        ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self, dont_retry=self.workflow.dont_retry)
         if self.lost:  # recovered or cancelled while it waited for a thread
             self._lost(began)
             return
@@ -421,6 +512,7 @@ class Execution:
                 began,
                 final=self._permanent(cause),
                 step=(handled.step, handled.name, handled.started),
+                tries=handled.tries,
             )
             return
         self._handled = handled
@@ -439,6 +531,7 @@ class Execution:
         *,
         final: bool = False,
         step: tuple[int, str, datetime] | None = None,  # the step that failed: number, name, start
+        tries: int = 1,  # the tries its function took
     ) -> None:
         c = self.claimed
         final = final or c.attempt > c.max_retries
@@ -450,7 +543,7 @@ class Execution:
             "traceback": trace,
         }
         if step is not None:
-            values.update(step=step[0], name=step[1], started=step[2])
+            values.update(step=step[0], name=step[1], started=step[2], tries=tries)
         ok = self._write("fail", terminal=True, **values)
         if not ok:
             self._refused(began)
@@ -540,6 +633,11 @@ class Execution:
             epoch=self.claimed.epoch,
             duration=_secs(began),
         )
+
+
+def _message(failure: HandledFailure) -> str:
+    """A try's error message as stored (text the database can hold, at most MAX_ERROR_CHARS)."""
+    return (storable_text(failure.message) or "")[:MAX_ERROR_CHARS]
 
 
 def _first_line(error: BaseException) -> str:

@@ -50,9 +50,11 @@ def beat(
     interval: float,
     dead_after: float,
     addressable: bool = False,
+    abandoned: int = 0,
 ) -> dict[UUID, int]:
-    """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds)
-    and the ``updated_at`` of its running workflows, in one statement. Returns
+    """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds,
+    and how many step calls that outlived their timeout still run in it, ``abandoned``) and the
+    ``updated_at`` of its running workflows, in one statement. Returns
     {workflow id: epoch} of the workflows the database says this worker runs."""
     with conn.cursor(row_factory=class_row(Held)) as cur:
         rows = cur.execute(
@@ -67,6 +69,7 @@ def beat(
                 "interval": interval,
                 "dead_after": dead_after,
                 "addressable": addressable,
+                "abandoned": abandoned,
             },
         ).fetchall()
     return {row.id: row.lease_epoch for row in rows}

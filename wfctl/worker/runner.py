@@ -41,6 +41,7 @@ from uuid import UUID
 import psycopg
 
 from wfctl import limits, schema
+from wfctl.caller import Caller
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat, poollog, reconcile, ticks
@@ -104,6 +105,10 @@ class Worker:
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         # ctx.transaction's connections: a small pool, opened by the first transactional step
         self.transactions = TransactionPool(dsn, min(options.concurrency, 4), options.dead_after)
+        # every try of a step function with a timeout or an async one (wfctl/caller.py); past
+        # MAX_ABANDONED calls that outlived their timeout, the worker claims nothing new
+        self.caller = Caller(changed=self._abandoned_changed)
+        self._claims_held = False  # stopped claiming for abandoned calls (logged once each way)
         self.finished: deque[Execution] = deque()
         # every execution this worker holds, by (id, epoch): after a cancel + retry or a
         # recovery, one worker may hold a lost old execution and the new one of the same id
@@ -235,6 +240,13 @@ class Worker:
         """Any thread: have the loop send a heartbeat at its next turn."""
         self.heartbeat.soon()
         self._wake()
+
+    def _abandoned_changed(self, count: int) -> None:
+        """Any thread: an abandoned call started or ended; the loop may claim again."""
+        if not self.caller.full:
+            self._more = True
+            if self._sleeping:
+                self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is awake anyway
@@ -415,6 +427,8 @@ class Worker:
         return free_slots(self.options.concurrency, len(self.running), self._ahead)
 
     def _should_claim(self, now: float) -> bool:
+        if self._abandoned_full():
+            return False
         return should_claim(
             concurrency=self.options.concurrency,
             held=len(self.running),
@@ -424,6 +438,21 @@ class Worker:
             poll_due=self.poll.is_due(now),
             ahead=self._ahead,
         )
+
+    def _abandoned_full(self) -> bool:
+        """Step calls that outlived their timeout still run, as many as the worker keeps: claim
+        nothing until one ends (said once when it starts, once when it ends)."""
+        full = self.caller.full
+        if full != self._claims_held:
+            self._claims_held = full
+            if full:
+                self.log.warning(
+                    f"stopped claiming: {self.caller.abandoned} step calls that outlived their timeout "
+                    f"still run (at most {self.caller.limit} are kept); claiming again when one ends"
+                )
+            else:
+                self.log.info("claiming again: an abandoned step call ended")
+        return full
 
     def _start_ready(self) -> None:
         if self.stopping.is_set():
@@ -552,6 +581,7 @@ class Worker:
                 self.log,
                 self.transactions,
                 self.leases,
+                self.caller,
             )
             self.running[execution.key] = execution
             self.backlog.append(execution)
@@ -652,6 +682,7 @@ class Worker:
             interval=self.options.heartbeat,
             dead_after=self.options.dead_after,
             addressable=self.session.listening(),
+            abandoned=self.caller.abandoned,
         )
 
     def _beat(self) -> None:
@@ -814,6 +845,7 @@ class Worker:
         for _ in self._threads:
             self._work.put(None)
         self.transactions.close()
+        self.caller.close()
         poollog.unroute(self._pool_log)
         self.stopper.uninstall()
         if self.health_server is not None:

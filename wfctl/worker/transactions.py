@@ -106,9 +106,12 @@ def run_step(
     name: str,
     started: datetime,
     fn: Callable[[psycopg.Connection[Any]], str],
+    *,
+    tries: int | None = None,
 ) -> Any:
     """Run ``fn`` (which returns the step's output as JSON text) and checkpoint it in one
-    transaction; return the stored output (decoded JSON). Raises Fenced when the lease moved on
+    transaction, with the number of ``tries`` it took (None: one, or what the step's row said);
+    return the stored output (decoded JSON). Raises Fenced when the lease moved on
     and Expired past the run's deadline (both rolled back), and lets ``fn``'s own exceptions
     through (rolled back). When the transaction fails after ``fn`` returned (the connection lost
     around the commit) the outcome is looked up: a step this epoch committed is returned, and
@@ -116,7 +119,7 @@ def run_step(
     attempt fails, and the replay runs the step again)."""
     key = {"id": workflow_id, "epoch": epoch, "step": step}
     try:
-        return _transaction(pool, key, attempt, name, started, fn)
+        return _transaction(pool, key, attempt, name, started, fn, tries)
     except _Unsure as unsure:
         try:
             with pool.pool().connection() as conn, conn.transaction(), _reading(conn) as cur:
@@ -135,6 +138,7 @@ def _transaction(
     name: str,
     started: datetime,
     fn: Callable[[psycopg.Connection[Any]], str],
+    tries: int | None = None,
 ) -> Any:
     recorded: Any = _NOTHING
     output = ""
@@ -161,6 +165,8 @@ def _transaction(
                     q("worker.transaction_checkpoint"),
                     {**key, "attempt": attempt, "name": name, "output": output, "started": started},
                 )
+                if tries is not None:  # the checkpoint keeps a parked record's count: the truth
+                    conn.execute(q("worker.transaction_tries"), {**key, "tries": tries})
             # COMMIT: sent as the block above exits
         except psycopg.Error as exc:
             if fn_returned:  # the fence, the checkpoint or the COMMIT: its reply may be lost

@@ -1,9 +1,10 @@
 """The benchmarks' shared harness (bench/harness.py): the claim's parameters it passes are the
 worker's, the source trees of an A/B, the frame every entry point's main runs in, and the
-interleaving of the rounds. The benchmarks themselves run in tests/test_bench_*.py."""
+interleaving of the rounds. The benchmarks themselves run in tests/process/test_bench_*.py."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -11,13 +12,13 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from bench import harness
 from wfctl.queries import q
 
 # bench/ is not part of the installed package: it is imported from the source tree (as
-# `python -m bench.NAME` run from there does)
+# `python -m bench.NAME` run from there does), whichever tests ran before
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+harness = importlib.import_module("bench.harness")
 
 
 def test_the_claim_parameters_are_those_of_the_workers_claim():

@@ -15,7 +15,7 @@ from psycopg import errors as pg_errors
 
 from wfctl import limits
 from wfctl.connection import connect, translate
-from wfctl.durations import as_seconds, parse_duration, timeout_message, timeout_seconds
+from wfctl.durations import Duration, as_seconds, parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import InvalidInput, InvalidState
 from wfctl.queries import q
 from wfctl.validate import check_int, check_key, check_type, encode_input
@@ -119,14 +119,7 @@ def submit_one(
     """Enqueue one workflow whose input is JSON text already checked by ``parse_input`` or
     ``encode_input`` (the size limit applies to what the user gave, not to this text)."""
     params = submit_params(
-        workflow_type,
-        input_json,
-        key=key,
-        delay=delay,
-        priority=priority,
-        max_retries=max_retries,
-        timeout=timeout,
-        concurrency_key=concurrency_key,
+        workflow_type, input_json, key, delay, priority, max_retries, timeout, concurrency_key
     )
     with _connection(conn_or_dsn) as conn, database_errors():
         for _ in range(SUBMIT_TRIES):
@@ -139,43 +132,37 @@ def submit_one(
 def submit_params(
     workflow_type: str,
     input_json: str | None,
-    *,
     key: str | None,
-    delay: str | float | timedelta | None,
+    delay: Duration | None,
     priority: int,
     max_retries: int | None,
-    timeout: str | float | timedelta | None,
+    timeout: Duration | None,
     concurrency_key: str | None,
+    /,
 ) -> dict[str, Any]:
     """Check the arguments of a submit (``InvalidInput``) and return the parameters of the
-    statement ``client.submit``: what ``submit_one`` and ``wfctl.aio.submit`` send."""
+    statement ``client.submit``: what ``submit_one`` and ``wfctl.aio.submit`` send. Positional
+    only, in the order of ``submit``'s parameters, which its callers pass under the same names."""
     check_type(workflow_type)
     check_key(key)
-    return {
-        "workflow_type": workflow_type,
-        "input": input_json,
-        "key": key,
-        **_run_params(delay, priority, max_retries, timeout, concurrency_key),
-    }
+    run = _run_params(delay, priority, max_retries, timeout, concurrency_key)
+    return {"workflow_type": workflow_type, "input": input_json, "key": key, **run}
 
 
 def _run_params(
-    delay: str | float | timedelta | None,
-    priority: int,
-    max_retries: int | None,
-    timeout: str | float | timedelta | None,
-    concurrency_key: str | None,
+    delay: Duration | None, priority: int, max_retries: int | None, timeout: Duration | None, key: str | None
 ) -> dict[str, Any]:
-    """The checked parameters a submit of one run and of a batch share."""
+    """The checked parameters that a submit of one run and of a batch share (``key``: the
+    concurrency key)."""
     check_int(priority, "priority")
     check_int(max_retries, "max_retries", minimum=0)
-    if concurrency_key is not None:
-        limits.check_key(concurrency_key)
+    if key is not None:
+        limits.check_key(key)
     return {
         "delay": _delay(delay),
         "priority": priority,
         "max_retries": max_retries,
-        "concurrency_key": concurrency_key,
+        "concurrency_key": key,
         **_timeout(timeout),
     }
 

@@ -3,7 +3,7 @@ _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate
     local -a known=("cancel" "completion" "db" "db partition" "db start" "db status" "db stop" "db url" "demo" "event" "init" "limit" "limits" "list" "metrics" "prune" "recover" "retry" "schedule" "schedule add" "schedule delete" "schedule pause" "schedule resume" "schedule trigger" "schedules" "send" "show" "stats" "submit" "tick" "wait" "worker" "workers")
-    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --grant-read --grant-submit --grant-worker --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --replica --schema --since --stale --status --timeout --type --types --tz --wait -c -o "
+    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --grant-read --grant-submit --grant-worker --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --replica --schema --since --stale --status --timeout --to-key --type --types --tz --wait -c -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -23,7 +23,7 @@ _wfctl() {
     local opts="" cmds=""
     case "$path" in
         "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo event init limit limits list metrics prune recover retry schedule schedules send show stats submit tick wait worker workers" ;;
-        "cancel") opts="--reason --dsn --config --json --help -h"; cmds="" ;;
+        "cancel") opts="--key --reason --dsn --config --json --help -h"; cmds="" ;;
         "completion") opts="--help -h"; cmds="" ;;
         "db") opts="--help -h"; cmds="partition start status stop url" ;;
         "db partition") opts="--partition-interval --dsn --config --json --help -h"; cmds="" ;;
@@ -36,11 +36,11 @@ _wfctl() {
         "init") opts="--grant --grant-worker --grant-submit --grant-read --schema --partitioned --partition-interval --dsn --config --json --help -h"; cmds="" ;;
         "limit") opts="--concurrency --per-key --rate --clear --dsn --config --json --help -h"; cmds="" ;;
         "limits") opts="--dsn --config --json --help -h"; cmds="" ;;
-        "list") opts="--status --type --since --limit --waiting --replica --dsn --config --json --help -h"; cmds="" ;;
+        "list") opts="--status --type --since --limit --waiting --key --replica --dsn --config --json --help -h"; cmds="" ;;
         "metrics") opts="--stale --since --output -o --replica --max-types --dsn --config --json --help -h"; cmds="" ;;
         "prune") opts="--older-than --status --dry-run --dsn --config --json --help -h"; cmds="" ;;
         "recover") opts="--stale --dry-run --force --dsn --config --json --help -h"; cmds="" ;;
-        "retry") opts="--from-step --dsn --config --json --help -h"; cmds="" ;;
+        "retry") opts="--key --from-step --dsn --config --json --help -h"; cmds="" ;;
         "schedule") opts="--help -h"; cmds="add delete pause resume trigger" ;;
         "schedule add") opts="--input --tz --backfill --strict --dsn --config --json --help -h"; cmds="" ;;
         "schedule delete") opts="--dsn --config --json --help -h"; cmds="" ;;
@@ -48,12 +48,12 @@ _wfctl() {
         "schedule resume") opts="--dsn --config --json --help -h"; cmds="" ;;
         "schedule trigger") opts="--dsn --config --json --help -h"; cmds="" ;;
         "schedules") opts="--dsn --config --json --help -h"; cmds="" ;;
-        "send") opts="--key --dsn --config --json --help -h"; cmds="" ;;
-        "show") opts="--traceback --replica --dsn --config --json --help -h"; cmds="" ;;
+        "send") opts="--key --to-key --dsn --config --json --help -h"; cmds="" ;;
+        "show") opts="--key --traceback --replica --dsn --config --json --help -h"; cmds="" ;;
         "stats") opts="--since --stale --type --replica --dsn --config --json --help -h"; cmds="" ;;
         "submit") opts="--input-file --key --delay --priority --timeout --max-retries --concurrency-key --strict --dsn --config --json --help -h"; cmds="" ;;
         "tick") opts="--quiet -q --dsn --config --json --help -h"; cmds="" ;;
-        "wait") opts="--timeout --dsn --config --json --help -h"; cmds="" ;;
+        "wait") opts="--key --timeout --dsn --config --json --help -h"; cmds="" ;;
         "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --burst-wait --missed-beats --no-sweep --health-port --health-host --health-file --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
         "workers") opts="--stale --replica --dsn --config --json --help -h"; cmds="" ;;
     esac

@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0022, in
+-- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0023, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -847,7 +847,7 @@ BEGIN
         RAISE EXCEPTION 'a partition starts at the start of an interval, not at %', p_start
             USING ERRCODE = '22023';
     END IF;
-    stop := p_start + iv;
+    stop := wfctl_partition_step(p_start, 1, iv);
     FOREACH parent IN ARRAY ARRAY['workflows', 'workflow_steps', 'workflow_attempts'] LOOP
         part := parent || '_p' || suffix;
         CONTINUE WHEN to_regclass(format('%I.%I', current_schema(), part)) IS NOT NULL;
@@ -901,7 +901,7 @@ BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM generate_series(0, ahead) AS g(k)
         WHERE to_regclass(format('%I.%I', current_schema(),
-                                 'workflow_attempts_p' || to_char((first + g.k * iv) AT TIME ZONE 'UTC', 'YYYYMMDD')))
+                                 'workflow_attempts_p' || to_char(wfctl_partition_step(first, g.k, iv) AT TIME ZONE 'UTC', 'YYYYMMDD')))
               IS NULL
     ) THEN
         RETURN;
@@ -911,7 +911,7 @@ BEGIN
         RETURN;
     END IF;
     FOR k IN 0..ahead LOOP
-        n := wfctl_create_partition(first + k * iv);
+        n := wfctl_create_partition(wfctl_partition_step(first, k, iv));
         IF n IS NOT NULL THEN
             created := created + 1;
             moved := moved + n;
@@ -1308,10 +1308,10 @@ BEGIN
     first := wfctl_partition_start(least(coalesce(oldest, wfctl_now()), wfctl_now()), p_interval);
     partitions := 0;
     LOOP
-        EXIT WHEN first > wfctl_partition_start(wfctl_now(), p_interval) + p_ahead * p_interval;
+        EXIT WHEN first > wfctl_partition_step(wfctl_partition_start(wfctl_now(), p_interval), p_ahead, p_interval);
         PERFORM wfctl_create_partition(first);
         partitions := partitions + 1;
-        first := first + p_interval;
+        first := wfctl_partition_step(first, 1, p_interval);
     END LOOP;
 
     SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) INTO cols
@@ -1398,6 +1398,14 @@ AS $function$
                                           / extract(epoch FROM p_interval))
                                     * extract(epoch FROM p_interval));
 $function$;
+
+-- function wfctl_partition_step ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_partition_step(p_start timestamp with time zone, p_count integer, p_interval interval)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+RETURN to_timestamp(((EXTRACT(epoch FROM p_start) + ((p_count)::numeric * EXTRACT(epoch FROM p_interval))))::double precision);
 
 -- function wfctl_partitions ----------------------------------------------------------------------
 

@@ -70,6 +70,10 @@ def step(
     status: str = "completed",
     **extra: Any,
 ) -> int:
+    # the run's created_at: the partition key of the step rows in the partitioned layout
+    row = conn.execute("SELECT created_at FROM workflows WHERE id = %s", (workflow_id,)).fetchone()
+    assert row is not None
+    extra.setdefault("workflow_created_at", row[0])
     return insert(  # type: ignore[no-any-return]
         conn,
         "workflow_steps",

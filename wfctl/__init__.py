@@ -3,8 +3,11 @@
 The public API: ``@wfctl.workflow`` registers a workflow type, ``wfctl.Context`` is what a
 workflow function receives, ``wfctl.submit`` enqueues one from an application, ``wfctl.send``
 signals a running one, ``wfctl.get_event`` reads what it published and ``wfctl.result`` waits
-for its output; ``wfctl.aio`` has the same four calls for asyncio applications. Every error the
-library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
+for its output. The operator API does what ``wfctl show``, ``list``, ``cancel`` and ``retry``
+do: ``wfctl.get`` (a ``wfctl.RunStatus``), ``wfctl.list`` (``wfctl.RunSummary`` rows),
+``wfctl.cancel`` and ``wfctl.retry``. A run is named by its id or by ``key=``, the idempotency
+key it was submitted with. ``wfctl.aio`` has the four client calls for asyncio applications.
+Every error the library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
 __version__ = "0.1.0"
@@ -32,6 +35,7 @@ from wfctl.errors import (
     WorkflowCancelled,
     WorkflowFailed,
 )
+from wfctl.operator import RunStatus, RunSummary, WaitStatus, cancel, get, list, retry
 from wfctl.registry import workflow
 
 __all__ = [
@@ -46,17 +50,24 @@ __all__ = [
     "NotFound",
     "PermanentError",
     "PermissionDenied",
+    "RunStatus",
+    "RunSummary",
     "SchemaError",
     "ServerError",
     "StepError",
+    "WaitStatus",
     "WaitTimeout",
     "WfctlError",
     "WorkflowCancelled",
     "WorkflowFailed",
     "__version__",
     "aio",
+    "cancel",
+    "get",
     "get_event",
+    "list",
     "result",
+    "retry",
     "send",
     "submit",
     "workflow",

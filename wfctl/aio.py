@@ -31,7 +31,7 @@ from uuid import UUID
 
 import psycopg
 
-from wfctl import client, coordination
+from wfctl import client, coordination, keys
 from wfctl.connection import connecting, dsn_target, pooled, search_path_refused, translate
 from wfctl.coordination import Do
 from wfctl.durations import Duration
@@ -77,21 +77,26 @@ async def submit(
 
 async def send(
     target: Target,
-    workflow_id: UUID | str,
-    topic: str,
+    workflow_id: UUID | str | None = None,
+    topic: str | None = None,
     payload: Any = None,
     *,
     key: str | None = None,
+    to_key: str | None = None,
 ) -> int:
     """Send ``payload`` (JSON) to the workflow on ``topic`` and return the message's id:
-    ``wfctl.send`` for asyncio. The workflow gets it from ``ctx.recv(topic)``. With ``key``,
-    sending again returns the first message's id and stores nothing. In the connection's
-    transaction when there is one (delivered when that commits: an outbox). An unknown workflow
-    raises ``NotFound``, a finished one ``InvalidState``; nothing is stored then."""
-    params = coordination.send_params(workflow_id, topic, coordination.encode_payload(payload), key)
+    ``wfctl.send`` for asyncio. The workflow gets it from ``ctx.recv(topic)``; it is named by
+    ``workflow_id`` or by ``to_key``, the idempotency key it was submitted with (exactly one of
+    the two). With ``key``, the message's own idempotency key, sending again returns the first
+    message's id and stores nothing. In the connection's transaction when there is one
+    (delivered when that commits: an outbox). An unknown workflow or ``to_key`` raises
+    ``NotFound``, a finished workflow ``InvalidState``, a ``to_key`` that several runs share
+    ``InvalidState`` (the partitioned layout only); nothing is stored then."""
+    message = coordination.Message.of(workflow_id, topic, coordination.encode_payload(payload), key, to_key)
     async with _connection(target) as conn:
         with coordination.database_errors():
-            return coordination.sent(await _fetchone(conn, "coordination.send", params)).id
+            wid = await _run_id(conn, message.given, message.to_key)
+            return coordination.sent(await _fetchone(conn, "coordination.send", message.params(wid)), wid).id
 
 
 async def get_event(
@@ -111,15 +116,20 @@ async def get_event(
 
 async def result(
     target: Target,
-    workflow_id: UUID | str,
+    workflow_id: UUID | str | None = None,
     timeout: Duration | None = None,
+    *,
+    key: str | None = None,
 ) -> Any:
     """Wait until the workflow finishes and return its output: ``wfctl.result`` for asyncio.
-    Raises ``WorkflowFailed`` or ``WorkflowCancelled`` when it ended so, ``WaitTimeout`` (a
-    ``TimeoutError``) after ``timeout`` (None: wait as long as it takes, 0: look once),
-    ``NotFound`` for an unknown id. Woken by the workflow's completion (NOTIFY) where the
-    connection can listen; cancelling the awaiting task leaves the connection usable."""
-    return await _drive(target, coordination.ResultWait(workflow_id, timeout))
+    The workflow is named by ``workflow_id`` or by ``key``, the idempotency key it was submitted
+    with (exactly one of the two). Raises ``WorkflowFailed`` or ``WorkflowCancelled`` when it
+    ended so, ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` (None: wait as long as it
+    takes, 0: look once), ``NotFound`` for an unknown id or key, ``InvalidState`` for a key
+    that several runs share (the partitioned layout only). Woken by the workflow's completion
+    (NOTIFY) where the connection can listen; cancelling the awaiting task leaves the
+    connection usable."""
+    return await _drive(target, coordination.ResultWait(workflow_id, timeout, key))
 
 
 # -- the I/O ---------------------------------------------------------------------------------
@@ -128,9 +138,10 @@ async def result(
 async def _drive(target: Target, wait: coordination.Wait) -> Any:
     """Take the steps of ``wait`` (``coordination.Steps``) on an asyncio connection, as
     ``coordination.drive`` takes them on a blocking one; the wait's value."""
-    steps = coordination.Steps(wait)
     async with _connection(target) as conn:
         with coordination.database_errors():
+            wait.name(await _run_id(conn, wait.given, wait.run_key))
+            steps = coordination.Steps(wait)
             try:
                 for step in steps:
                     if step is Do.READ:
@@ -160,6 +171,16 @@ async def _announced(conn: psycopg.AsyncConnection[Any], wid: UUID, seconds: flo
             if note.payload == str(wid):
                 return True
     return False
+
+
+async def _run_id(conn: psycopg.AsyncConnection[Any], workflow_id: UUID | None, key: str | None) -> UUID:
+    """``wfctl.keys.run_id`` on an asyncio connection: ``workflow_id``, or the one run of
+    ``key``."""
+    if workflow_id is not None:
+        return workflow_id
+    assert key is not None, "keys.check_one lets exactly one through"
+    cursor = await conn.execute(q("keys.runs"), keys.runs_params(key))
+    return keys.only_run(key, [row[0] for row in await cursor.fetchall()])
 
 
 async def _fetchone(

@@ -40,6 +40,10 @@ def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> Found:
 
 @dataclass(frozen=True)
 class CancelledRow:
+    """One workflow a cancel cancelled: its id, its status before (``pending`` or ``running``),
+    the worker that held its lease last (as ``Cancelled.worker``), and how deep below the
+    workflow asked for it is (0: that workflow; 1: a child of it; 2: a grandchild; ...)."""
+
     id: UUID
     previous_status: str
     worker: str | None
@@ -48,6 +52,12 @@ class CancelledRow:
 
 @dataclass(frozen=True)
 class Cancelled:
+    """What ``cancel`` did: the workflow's id, its status before (``pending`` or ``running``),
+    the worker that held its lease last (for a running workflow, the one that stops it at its
+    next step boundary and commits nothing more for it; a pending one names the worker that
+    ran it before, None if none did), and the unfinished descendants cancelled with it,
+    shallowest first."""
+
     id: UUID
     previous_status: str
     worker: str | None
@@ -88,12 +98,19 @@ def _cancel_tree(conn: psycopg.Connection[Any], wid: UUID, reason: str | None) -
 
 @dataclass(frozen=True)
 class Retried:
+    """What ``retry`` did: the workflow's id, how many checkpoints it kept (it resumes after
+    step ``kept_steps``), and how many descendants that a cancel of it had taken are pending
+    again with it."""
+
     id: UUID
     kept_steps: int  # checkpoints kept: the run resumes after step kept_steps
     descendants: int = 0  # cancelled with it by a cancel's cascade, and pending again with it
 
 
 def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None) -> Retried:
+    """Put a failed or cancelled workflow back to pending with its attempt counter reset, in
+    one transaction, keeping its checkpoints (those before step ``from_step`` when given), and
+    with it the descendants a cancel of it took."""
     if from_step is not None and from_step < 1:
         raise InvalidInput("--from-step counts from 1")
     with conn.transaction():

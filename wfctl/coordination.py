@@ -6,7 +6,7 @@ workflow's id is announced; without notifications (a connection inside a transac
 through a transaction pooler) it polls, backing off to one read a second.
 
 What the calls check and send, what a row read means and when a wait reads again are functions
-and classes apart from the I/O (``send_params``, ``sent``, ``Wait`` and its ``Steps``):
+and classes apart from the I/O (``Message``, ``sent``, ``Wait`` and its ``Steps``):
 ``wfctl.aio`` does the same on asyncio connections with them.
 """
 
@@ -25,7 +25,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors as pg_errors
 
-from wfctl import storedjson
+from wfctl import keys, storedjson
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
 from wfctl.context import check_label
@@ -38,6 +38,7 @@ from wfctl.errors import (
     WorkflowCancelled,
     WorkflowFailed,
 )
+from wfctl.keys import workflow_uuid
 from wfctl.queries import q
 from wfctl.validate import check_key, encode_input
 from wfctl.words import CANCELLED, COMPLETED, FAILED, FINISHED
@@ -45,15 +46,6 @@ from wfctl.words import CANCELLED, COMPLETED, FAILED, FINISHED
 RECHECK = 5.0  # with notifications, re-read anyway this often (a notification is never relied on alone)
 POLL_MAX = 1.0  # without notifications: the longest pause between reads
 MAX_MESSAGE_KEY = 200  # characters of a message's idempotency key (workflow_messages' check)
-
-
-def workflow_uuid(value: UUID | str) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise InvalidInput(f"{str(value)[:60]!r} is not a workflow id (a UUID)") from None
 
 
 def check_message(topic: object, key: str | None) -> None:
@@ -98,44 +90,52 @@ def _message(exc: psycopg.Error) -> str:
 
 @dataclass(frozen=True)
 class Sent:
-    """What ``send_json`` did: the message's id, and whether this call stored it (False: its key
-    was used before, and ``id`` is the earlier message's)."""
+    """What ``send_json`` did: the message's id, whether this call stored it (False: its key
+    was used before, and ``id`` is the earlier message's), and the run it was sent to."""
 
     id: int
     created: bool
+    workflow_id: UUID
 
 
 def send(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
-    topic: str,
+    workflow_id: UUID | str | None = None,
+    topic: str | None = None,
     payload: Any = None,
     *,
     key: str | None = None,
+    to_key: str | None = None,
 ) -> int:
     """Send ``payload`` (JSON) to the workflow on ``topic``; it gets it from ``ctx.recv(topic)``.
-    Returns the message's id. With ``key``, sending again returns the first message's id and
-    stores nothing. In the connection's transaction when there is one (it is delivered when that
-    commits: an outbox). An unknown workflow raises ``NotFound``, a finished one ``InvalidState``;
-    nothing is stored then."""
-    return send_json(conn_or_dsn, workflow_id, topic, encode_payload(payload), key=key).id
+    Returns the message's id. The workflow is named by ``workflow_id`` or by ``to_key``, the
+    idempotency key it was submitted with (exactly one of the two). ``key`` is the message's own
+    idempotency key: sending again with it returns the first message's id and stores nothing.
+    In the connection's transaction when there is one (it is delivered when that commits: an
+    outbox). An unknown workflow or ``to_key`` raises ``NotFound``, a finished workflow
+    ``InvalidState``, a ``to_key`` that several runs share ``InvalidState`` (the partitioned
+    layout only); nothing is stored then."""
+    return send_json(conn_or_dsn, workflow_id, topic, encode_payload(payload), key=key, to_key=to_key).id
 
 
 def send_json(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
-    topic: str,
+    workflow_id: UUID | str | None,
+    topic: str | None,
     payload_json: str | None,
     *,
     key: str | None = None,
+    to_key: str | None = None,
 ) -> Sent:
     """``send`` of a payload that is JSON text already checked (``encode_input``, or the CLI's
-    ``parse_input``; None: no payload), saying whether a message was stored: one call of
-    ``wfctl_send_message`` (``wfctl_send``, then whether this transaction wrote the message it
-    returned: a concurrent send with the same key may have stored it first)."""
-    params = send_params(workflow_id, topic, payload_json, key)
+    ``parse_input``; None: no payload), saying whether a message was stored (and to which
+    run): one call of ``wfctl_send_message`` (``wfctl_send``, then whether this transaction
+    wrote the message it returned: a concurrent send with the same key may have stored it
+    first)."""
+    message = Message.of(workflow_id, topic, payload_json, key, to_key)
     with _connection(conn_or_dsn) as conn, database_errors():
-        return sent(conn.execute(q("coordination.send"), params).fetchone())
+        wid = keys.run_id(conn, message.given, message.to_key)
+        return sent(conn.execute(q("coordination.send"), message.params(wid)).fetchone(), wid)
 
 
 def encode_payload(payload: Any) -> str | None:
@@ -144,20 +144,45 @@ def encode_payload(payload: Any) -> str | None:
     return None if payload is None else encode_input(payload, "message payload")
 
 
-def send_params(
-    workflow_id: UUID | str, topic: str, payload_json: str | None, key: str | None
-) -> dict[str, Any]:
-    """Check the arguments of a send (``InvalidInput``) and return the parameters of the
-    statement ``coordination.send``: what ``send_json`` and ``wfctl.aio.send`` send."""
-    wid = workflow_uuid(workflow_id)
-    check_message(topic, key)
-    return {"id": wid, "topic": topic, "payload": payload_json, "key": key}
+@dataclass(frozen=True)
+class Message:
+    """A send's checked arguments (``of``): the run it goes to, by id (``given``) or by
+    ``to_key``, and the parameters of the statement ``coordination.send`` once the driver has
+    the run's id (``params``): what ``send_json`` and ``wfctl.aio.send`` send."""
+
+    given: UUID | None
+    to_key: str | None
+    topic: str
+    payload_json: str | None
+    key: str | None
+
+    @classmethod
+    def of(
+        cls,
+        workflow_id: UUID | str | None,
+        topic: str | None,
+        payload_json: str | None,
+        key: str | None,
+        to_key: str | None,
+    ) -> Message:
+        """Check a send's arguments (``InvalidInput``): exactly one of ``workflow_id`` and
+        ``to_key``, a workflow id that is a UUID, the topic and the message's key."""
+        given = keys.given(workflow_id, to_key, key_name="to_key=")
+        check_message(topic, key)
+        assert isinstance(topic, str), "check_message lets text through only"
+        return cls(given, to_key, topic, payload_json, key)
+
+    def params(self, wid: UUID) -> dict[str, Any]:
+        """The parameters of ``coordination.send`` to the run ``wid`` (``given``, or the run
+        of ``to_key``: ``keys.run_id``)."""
+        return {"id": wid, "topic": self.topic, "payload": self.payload_json, "key": self.key}
 
 
-def sent(row: tuple[Any, ...] | None) -> Sent:
-    """What the row of ``coordination.send`` says (the function always returns one)."""
+def sent(row: tuple[Any, ...] | None, wid: UUID) -> Sent:
+    """What the row of ``coordination.send`` to the run ``wid`` says (the function always
+    returns one)."""
     assert row is not None
-    return Sent(int(row[0]), created=bool(row[1]))
+    return Sent(int(row[0]), created=bool(row[1]), workflow_id=wid)
 
 
 def get_event(
@@ -176,14 +201,19 @@ def get_event(
 
 def result(
     conn_or_dsn: psycopg.Connection[Any] | str,
-    workflow_id: UUID | str,
+    workflow_id: UUID | str | None = None,
     timeout: str | float | timedelta | None = None,
+    *,
+    key: str | None = None,
 ) -> Any:
     """Wait until the workflow finishes and return its output (the workflow function's return
-    value). Raises ``WorkflowFailed`` or ``WorkflowCancelled`` when it ended so, ``WaitTimeout``
-    (a ``TimeoutError``) after ``timeout`` (None: wait as long as it takes), ``NotFound`` for an
-    unknown id. Woken by the workflow's completion (NOTIFY), not by polling."""
-    return drive(conn_or_dsn, ResultWait(workflow_id, timeout))
+    value). The workflow is named by ``workflow_id`` or by ``key``, the idempotency key it was
+    submitted with (exactly one of the two). Raises ``WorkflowFailed`` or ``WorkflowCancelled``
+    when it ended so, ``WaitTimeout`` (a ``TimeoutError``) after ``timeout`` (None: wait as long
+    as it takes), ``NotFound`` for an unknown id or key, ``InvalidState`` for a key that several
+    runs share (the partitioned layout only). Woken by the workflow's completion (NOTIFY), not
+    by polling."""
+    return drive(conn_or_dsn, ResultWait(workflow_id, timeout, key))
 
 
 # -- waits ------------------------------------------------------------------------------------
@@ -204,14 +234,32 @@ class Wait(ABC):
     """A wait for something of one workflow, without its I/O: which statement reads it, what a
     row means (``settle``), what the wait ends with when its time is up (``expire``), and when
     to read again (``steps``). ``drive`` takes the steps on a blocking connection and
-    ``wfctl.aio`` on an asyncio one: the I/O is all that differs."""
+    ``wfctl.aio`` on an asyncio one: the I/O is all that differs, and so does the lookup of
+    a run named by its idempotency key (``name``), which needs the connection."""
 
-    def __init__(self, wid: UUID, seconds: float | None, what: str) -> None:
-        self.wid = wid
+    def __init__(self, given: UUID | None, run_key: str | None, seconds: float | None) -> None:
+        self.given = given  # the run's id, when the caller gave it
+        self.run_key = run_key  # else the idempotency key it was submitted with
         self.seconds = seconds  # None: as long as it takes; 0: read once
-        self.what = what  # what a value that cannot be decoded is called
+        self._wid = given
 
     block: ClassVar[str]  # the SQL block that reads it (one row: see ``settle``), with ``params``
+
+    def name(self, wid: UUID) -> None:
+        """Say which run the wait is for: ``given``, or the run of ``run_key``, which the driver
+        looks up on its connection (``keys.run_id``) before it takes the steps."""
+        self._wid = wid
+
+    @property
+    def wid(self) -> UUID:
+        """The run's id (``name``)."""
+        assert self._wid is not None, "the driver names the run before it takes the steps"
+        return self._wid
+
+    @property
+    @abstractmethod
+    def what(self) -> str:
+        """What a value read that cannot be decoded is called."""
 
     @property
     def params(self) -> dict[str, Any]:
@@ -263,11 +311,13 @@ class EventWait(Wait):
     def __init__(self, workflow_id: UUID | str, key: str, timeout: Duration | None, default: Any) -> None:
         wid = workflow_uuid(workflow_id)
         check_label(key, "an event key")
-        super().__init__(
-            wid, timeout_seconds(timeout, "timeout") or 0.0, f"the value of event {key!r} of workflow {wid}"
-        )
+        super().__init__(wid, None, timeout_seconds(timeout, "timeout") or 0.0)
         self.key = key
         self.default = default
+
+    @property
+    def what(self) -> str:
+        return f"the value of event {self.key!r} of workflow {self.wid}"
 
     @property
     def params(self) -> dict[str, Any]:
@@ -300,9 +350,15 @@ class ResultWait(Wait):
 
     block = "coordination.outcome"
 
-    def __init__(self, workflow_id: UUID | str, timeout: Duration | None) -> None:
-        wid = workflow_uuid(workflow_id)
-        super().__init__(wid, timeout_seconds(timeout, "timeout"), f"the output of workflow {wid}")
+    def __init__(
+        self, workflow_id: UUID | str | None, timeout: Duration | None, key: str | None = None
+    ) -> None:
+        given = keys.given(workflow_id, key)
+        super().__init__(given, key, timeout_seconds(timeout, "timeout"))
+
+    @property
+    def what(self) -> str:
+        return f"the output of workflow {self.wid}"
 
     def settle(self, row: tuple[Any, ...] | None) -> tuple[bool, Any]:
         if row is None:
@@ -353,8 +409,9 @@ def drive(conn_or_dsn: psycopg.Connection[Any] | str, wait: Wait) -> Any:
     connection in autocommit mode that talks to PostgreSQL directly (a notification reaches
     neither one inside a transaction nor one behind a transaction pooler), and stops listening
     however the wait ends."""
-    steps = Steps(wait)
     with _connection(conn_or_dsn) as conn, database_errors():
+        wait.name(keys.run_id(conn, wait.given, wait.run_key))
+        steps = Steps(wait)
         try:
             for step in steps:
                 if step is Do.READ:

@@ -90,10 +90,9 @@ def format_duration(seconds: float | None) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def timeout_seconds(value: str | float | timedelta | None, what: str) -> float | None:
-    """A timeout as seconds (None: none); negative or malformed ones are refused."""
-    if value is None:
-        return None
+def duration(value: str | float | timedelta, what: str) -> timedelta:
+    """A duration as the library takes one: a string (``30s``, ``5m``), a number of seconds or a
+    timedelta; malformed and negative ones are refused."""
     if isinstance(value, str):
         delta = parse_duration(value, what=what)
     elif isinstance(value, timedelta):
@@ -104,7 +103,14 @@ def timeout_seconds(value: str | float | timedelta | None, what: str) -> float |
         raise InvalidInput(f"{what} must be a duration such as '30s', not {value!r}")
     if delta < timedelta(0):
         raise InvalidInput(f"{what} cannot be negative")
-    return as_seconds(delta)
+    return delta
+
+
+def timeout_seconds(value: str | float | timedelta | None, what: str) -> float | None:
+    """A timeout as seconds (None: none); negative or malformed ones are refused."""
+    if value is None:
+        return None
+    return as_seconds(duration(value, what))
 
 
 def timeout_message(given: str | float | timedelta | None, seconds: float | None) -> str | None:

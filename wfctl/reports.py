@@ -22,6 +22,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
+from wfctl import keys
 from wfctl.durations import interval_text
 from wfctl.errors import InvalidInput, NotFound
 from wfctl.operations import WAIT_KINDS
@@ -236,10 +237,12 @@ def list_workflows(
     since: timedelta | None = None,
     limit: int = 50,
     waiting: bool = False,
+    key_prefix: str | None = None,
 ) -> list[Row]:
-    """Workflows newest first, optionally of one status and type, created within ``since``;
-    with ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says
-    what it waits for (``waiting_for``, None when it is not parked)."""
+    """Workflows newest first, optionally of one status and type, created within ``since``,
+    with an idempotency key that starts with ``key_prefix`` (character for character); with
+    ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says what
+    it waits for (``waiting_for``, None when it is not parked)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
     if status is not None:
@@ -257,6 +260,7 @@ def list_workflows(
         "waiting": waiting,
     }
     with _snapshot(conn):
+        params.update(keys.prefix_params(conn, key_prefix))
         rows = _rows(conn, "reports.list_workflows", params)
         for row in rows:
             waiting_for(row)
@@ -269,11 +273,15 @@ def list_workflows(
     return rows
 
 
-def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
+def show_workflow(conn: Conn, workflow_id: str | UUID | None, key: str | None = None) -> WorkflowDetail:
     """One workflow's row (with what it waits for, its parent and deadline), its steps in order,
-    its attempts, its children, events and messages; NotFound when there is no such id."""
-    ident = workflow_id if isinstance(workflow_id, UUID) else parse_id(workflow_id)
+    its attempts, its children, events and messages, read in one snapshot. The workflow is named
+    by its id or by ``key``, its idempotency key (wfctl/keys.py); NotFound when there is no such
+    workflow."""
+    given = workflow_id if isinstance(workflow_id, UUID) or workflow_id is None else parse_id(workflow_id)
+    keys.check_one(given, key)
     with _snapshot(conn):
+        ident = keys.run_id(conn, given, key)
         try:
             detail = _detail(conn, ident, json_loads=_exact_json)
         except (RecursionError, ValueError):
@@ -288,14 +296,35 @@ def show_workflow(conn: Conn, workflow_id: str | UUID) -> WorkflowDetail:
         return detail
 
 
-def _detail(
-    conn: Conn, ident: UUID, *, json_loads: Callable[[str | bytes], Any] | None = None
-) -> WorkflowDetail:
+def workflow_row(
+    conn: Conn,
+    workflow_id: UUID | None,
+    key: str | None = None,
+    *,
+    json_loads: Callable[[str | bytes], Any] | None = None,
+) -> Row:
+    """The workflow's row as ``show`` reads it (its wait folded into ``waiting_for``, its
+    parent, deadline and durations), named by its id or by ``key``, its idempotency key (in one
+    snapshot), its JSON decoded with ``json_loads`` (None: the connection's decoder); NotFound
+    when there is no such workflow."""
+    keys.check_one(workflow_id, key)
+    with _snapshot(conn):
+        return _workflow(conn, keys.run_id(conn, workflow_id, key), json_loads)
+
+
+def _workflow(conn: Conn, ident: UUID, json_loads: Callable[[str | bytes], Any] | None) -> Row:
     found = _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads)
     if not found:
         raise NotFound(f"no workflow with id {ident}")
     workflow = found[0]
     waiting_for(workflow)
+    return workflow
+
+
+def _detail(
+    conn: Conn, ident: UUID, *, json_loads: Callable[[str | bytes], Any] | None = None
+) -> WorkflowDetail:
+    workflow = _workflow(conn, ident, json_loads)
     by_id = {"id": ident}
     return WorkflowDetail(
         workflow=workflow,

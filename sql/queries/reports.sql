@@ -172,12 +172,29 @@ ORDER BY 1, step_name;
 -- of idx_workflows_status (status, created_at) when a status is given, so LIMIT stops early.
 -- %(waiting)s: only the waiting ones (`list --waiting`; the caller gives status 'pending').
 -- The wait_* columns say what a parked run waits for (wait_state: waiting, woken, or NULL).
+-- %(key_prefix)s: only the runs whose idempotency key starts with it (`list --key`), compared
+-- by starts_with(), character for character: a percent sign or an underscore in it is itself,
+-- not a LIKE wildcard. A LIKE would not use the key's btree index either: the planner turns a
+-- LIKE prefix into a range only under the C collation, and a text_pattern_ops index would take
+-- a migration. So where
+-- the database orders text by code point (%(key_ranged)s, keys.code_point_order: C, POSIX,
+-- C.UTF-8, the builtin provider) the range idempotency_key >= %(key_prefix)s AND <
+-- %(key_below)s (keys.successor: the prefix with its last character moved up by one; NULL:
+-- no upper bound) holds exactly the keys that start with the prefix, and the index of the key
+-- (workflows_idempotency_key_key; workflows_idempotency_idx in the partitioned layout) serves
+-- it: EXPLAIN gives "Index Scan using workflows_idempotency_key_key on workflows, Index Cond:
+-- ((idempotency_key >= 'order-7') AND (idempotency_key < 'order-8')), Filter:
+-- starts_with(...)" under a sort by created_at. Under a linguistic collation the range would
+-- miss keys, and the search filters the newest runs instead (the plan without a key). The
+-- flags are known when the statement is planned (wfctl plans each with its values, see the top
+-- of this file), so the branches not taken drop out of the plan.
 SELECT id,
        workflow_type,
        status,
        attempt,
        current_step,
        priority,
+       idempotency_key,
        created_at,
        started_at,
        finished_at,
@@ -200,6 +217,11 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
   AND (%(since)s::interval IS NULL OR created_at > (SELECT wfctl_now()) - %(since)s::interval)
   AND (NOT %(waiting)s::bool OR (wait_kind IS NOT NULL AND run_at > (SELECT wfctl_now())))
+  AND (%(key_prefix)s::text IS NULL
+       OR (starts_with(idempotency_key, %(key_prefix)s)
+           AND (NOT %(key_ranged)s::bool
+                OR (idempotency_key >= %(key_prefix)s
+                    AND (%(key_below)s::text IS NULL OR idempotency_key < %(key_below)s)))))
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 

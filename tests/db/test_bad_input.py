@@ -39,6 +39,8 @@ def test_catalogue_has_every_kind_of_row():
         "cancel-id-unknown",
         "cancel-completed",
         "retry-running",
+        "show-key-unknown",
+        "send-id-and-to-key",
         "app-does-not-import",
         "app-registers-nothing",
         "type-with-quotes-and-sql",

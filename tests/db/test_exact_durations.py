@@ -51,8 +51,9 @@ def test_stats_and_list_windows_are_exact_hours(cli, dsn, moment):
         for wid, created in ((inside, moment - 23.5 * HOUR), (outside, moment - 24.5 * HOUR)):
             conn.execute(
                 "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, started_at,"
-                " completed_at, attempt, lease_epoch) VALUES (%s, 1, 'charge', 'completed', %s, %s, 1, 1)",
-                (wid, created + 0.1 * HOUR, created + 0.2 * HOUR),
+                " completed_at, attempt, lease_epoch, workflow_created_at)"
+                " SELECT id, 1, 'charge', 'completed', %s, %s, 1, 1, created_at FROM workflows WHERE id = %s",
+                (created + 0.1 * HOUR, created + 0.2 * HOUR, wid),
             )
     stats = cli("stats", "--since", "24h", "--json", "--dsn", warp)
     assert stats.exit_code == 0, stats.output

@@ -13,9 +13,11 @@ import json
 import threading
 from datetime import UTC, datetime, timedelta
 
+import fakeclock
 import psycopg
 import pytest
-from helpers import PARTITIONED_RUN, rows, wait_for
+from helpers import PARTITIONED_RUN, rows, wait_for, with_db
+from psycopg import conninfo
 from support.partitions import OLD, partition_names
 from test_schema import reference_queries
 
@@ -64,6 +66,36 @@ def finished_workflow(
     conn.execute("INSERT INTO workflow_messages (workflow_id, topic) VALUES (%s, 't')", (wid,))
     conn.execute("INSERT INTO workflow_events (workflow_id, key) VALUES (%s, 'k')", (wid,))
     return str(wid)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [datetime(2026, 3, 28, 12, tzinfo=UTC), datetime(2026, 10, 24, 12, tzinfo=UTC)],
+    ids=["before-spring-forward", "before-fall-back"],
+)
+def test_partition_bounds_are_whole_utc_days_in_a_session_of_any_time_zone(pdsn, moment):
+    """In a session whose TimeZone has summer time, a day around its change is 23 or 25 hours
+    of that zone's calendar: a partition made there must still end where the next one starts,
+    at midnight UTC, and the next must be made."""
+    fakeclock.stop(pdsn, moment)
+    berlin = with_db(
+        pdsn, str(conninfo.conninfo_to_dict(pdsn)["dbname"]), options="-c TimeZone=Europe/Berlin"
+    )
+    with psycopg.connect(berlin, autocommit=True) as conn:  # what the worker's duty calls
+        created = conn.execute("SELECT created FROM wfctl_ensure_partitions(4)").fetchone()
+    assert created == (5,)  # the day of the clock and four ahead
+    bounds = sorted(
+        (start, end)
+        for start, end in rows(
+            pdsn,
+            "SELECT range_start, range_end FROM wfctl_partitions()"
+            " WHERE parent = 'workflow_steps' AND NOT is_default",
+        )
+    )
+    day = moment.replace(hour=0)
+    assert [b for b in bounds if day <= b[0] < day + timedelta(days=5)] == [
+        (day + timedelta(days=k), day + timedelta(days=k + 1)) for k in range(5)
+    ]
 
 
 def test_init_partitioned_makes_partitions_ahead_and_status_lists_them(cli, pdsn):

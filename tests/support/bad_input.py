@@ -83,10 +83,11 @@ def seed(dsn: str) -> dict[str, str]:
             steps = 3 if status == "completed" else 1
             conn.execute(
                 "INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data,"
-                " started_at, completed_at, attempt, lease_epoch)"
-                " SELECT %s, n, (ARRAY['one', 'two', 'three'])[n], 'completed', to_jsonb(n),"
-                " now(), now(), 1, 2 FROM generate_series(1, %s) n",
-                (ids[status], steps),
+                " started_at, completed_at, attempt, lease_epoch, workflow_created_at)"
+                " SELECT w.id, n, (ARRAY['one', 'two', 'three'])[n], 'completed', to_jsonb(n),"
+                " now(), now(), 1, 2, w.created_at FROM workflows w, generate_series(1, %s) n"
+                " WHERE w.id = %s",
+                (steps, ids[status]),
             )
     return ids
 
@@ -214,11 +215,13 @@ def unreachable() -> str:
 
 
 def partitioned(ctx: Ctx) -> None:
-    """The seeded database converted to the partitioned layout (its live worker stopped)."""
+    """The seeded database in the partitioned layout, every 1 day (converted, its live worker
+    stopped, unless the run's databases are in that layout already)."""
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         conn.execute("UPDATE workers SET stopped_at = now()")
-        with conn.transaction():
-            conn.execute("SELECT wfctl_partition_convert(interval '1 day')")
+        if conn.execute("SELECT wfctl_partition_interval()").fetchone() == (None,):
+            with conn.transaction():
+                conn.execute("SELECT wfctl_partition_convert(interval '1 day')")
 
 
 D = ("--dsn", "<dsn>")
@@ -433,6 +436,62 @@ def code_schedule(ctx: Ctx) -> None:
             "INSERT INTO workflow_schedules (name, workflow_type, cron, source, next_tick_at)"
             " VALUES ('three', 'three', '0 3 * * *', 'code', now() + interval '1 hour')"
         )
+
+
+def business_key_rows() -> list[Row]:
+    """A run named by its idempotency key (`--key`, `send --to-key`): exactly one of the ID and
+    the key, a key no run has (NotFound, as an unknown id), a key that is not text PostgreSQL
+    compares; nothing is done to any run."""
+    rows: list[Row] = []
+    for command in ("show", "wait", "cancel", "retry"):
+        rows += [
+            Row(
+                f"{command}-id-and-key",
+                (command, "<pending>", "--key", "order-1", *D),
+                "name the workflow by its ID or by --key, not both",
+                2,
+            ),
+            Row(
+                f"{command}-neither-id-nor-key", (command, *D), "name the workflow by its ID or by --key\n", 2
+            ),
+            Row(
+                f"{command}-key-unknown",
+                (command, "--key", "no-such-order", *D),
+                "no workflow with idempotency key 'no-such-order'",
+                6,
+            ),
+            Row(
+                f"{command}-key-not-utf8",
+                (command, "--key", "k\udcff", *D),
+                "idempotency key is not valid UTF-8",
+                2,
+            ),
+        ]
+    rows += [
+        Row(
+            "send-id-and-to-key",
+            ("send", "<pending>", "approval", "{}", "--to-key", "order-1", *D),
+            "name the workflow by its ID or by --to-key, not both",
+            2,
+        ),
+        Row("send-neither-id-nor-to-key", ("send", *D), "name the workflow by its ID or by --to-key\n", 2),
+        Row(
+            "send-to-key-unknown",
+            ("send", "--to-key", "no-such-order", "approval", "{}", *D),
+            "no workflow with idempotency key 'no-such-order'",
+            6,
+        ),
+        Row("send-to-key-without-topic", ("send", "--to-key", "order-1", *D), "missing TOPIC", 2),
+        Row(
+            "show-key-with-escapes",
+            ("show", "--key", "k\x1b[2J\u202e", *D),
+            "no workflow with idempotency key 'k\\x1b[2J\\u202e'",
+            6,
+        ),
+        Row("cancel-key-with-nul", ("cancel", "--key", "a\x00b", *D), "contains a NUL character", 2),
+        Row("list-key-not-utf8", ("list", "--key", "k\udcff", *D), "--key is not valid UTF-8", 2),
+    ]
+    return rows
 
 
 def schedule_rows() -> list[Row]:
@@ -728,6 +787,7 @@ ROWS: list[Row] = [
     ),
     # -- coordination: send, event, wait, submit --timeout --
     *coordination_rows(),
+    *business_key_rows(),
     *schedule_rows(),
     *limit_rows(),
     # -- input as the user gave it, and hostile input --

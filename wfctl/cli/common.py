@@ -11,11 +11,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from uuid import UUID
 
 import psycopg
 import typer
 
-from wfctl import replica, schema
+from wfctl import keys, replica, schema, words
 from wfctl.cli import render
 from wfctl.cli.clicompat import get_current_context
 from wfctl.config import (
@@ -58,6 +59,27 @@ ReplicaOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+IdOrKeyArg = Annotated[
+    str | None,
+    typer.Argument(metavar="ID", help="The workflow's id (a UUID); or name it by --key.", show_default=False),
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="The workflow's idempotency key (the one given to submit --key), instead of its ID.",
+        show_default=False,
+    ),
+]
+
+
+def workflow_named(workflow_id: str | None, key: str | None, *, key_option: str = "--key") -> UUID | None:
+    """The workflow ID argument parsed, or None when the workflow is named by its key; exactly
+    one of the two must be given (a one-line error, exit 2, otherwise)."""
+    keys.check_one(workflow_id, key, id_name="its ID", key_name=key_option)
+    return None if workflow_id is None else words.parse_id(workflow_id)
 
 
 @dataclass

@@ -12,12 +12,12 @@ import psycopg
 import typer
 from psycopg.types.json import set_json_loads
 
-from wfctl import coordination, words
+from wfctl import coordination, keys, words
 from wfctl.cli import jsonlines, render
-from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.cli.common import ConfigOpt, DsnOpt, IdOrKeyArg, JsonOpt, KeyOpt, Session, workflow_named
 from wfctl.context import check_label
 from wfctl.durations import parse_duration
-from wfctl.errors import NotFound, WorkflowCancelled, WorkflowFailed
+from wfctl.errors import InvalidInput, NotFound, WorkflowCancelled, WorkflowFailed
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.")]
 
@@ -43,26 +43,60 @@ def _first_line(text: str | None) -> str | None:
 
 
 def send(
-    workflow_id: IdArg,
-    topic: Annotated[str, typer.Argument(metavar="TOPIC", help="What ctx.recv(TOPIC) waits for.")],
+    workflow_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID",
+            help="The workflow's id (a UUID); left out with --to-key: wfctl send --to-key KEY TOPIC [JSON].",
+            show_default=False,
+        ),
+    ] = None,
+    topic: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TOPIC", help="What ctx.recv(TOPIC) waits for (required).", show_default=False
+        ),
+    ] = None,
     payload: Annotated[
         str | None, typer.Argument(metavar="[JSON]", help="The payload, one JSON value (default: none).")
     ] = None,
     key: Annotated[
         str | None,
-        typer.Option("--key", help="Idempotency key: the same key twice stores one message."),
+        typer.Option(
+            "--key",
+            help="The message's own idempotency key: the same key twice stores one message. "
+            "The workflow's key is --to-key.",
+            show_default=False,
+        ),
+    ] = None,
+    to_key: Annotated[
+        str | None,
+        typer.Option(
+            "--to-key",
+            help="Send to the workflow submitted with this idempotency key (submit --key), "
+            "instead of one named by ID.",
+            show_default=False,
+        ),
     ] = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Send a message to a workflow: its ctx.recv(TOPIC) returns the payload."""
+    """Send a message to a workflow, by its ID or by --to-key: its ctx.recv(TOPIC) returns the
+    payload."""
+    if to_key is not None and payload is None:  # `send --to-key KEY TOPIC [JSON]`: no ID given
+        workflow_id, topic, payload = None, workflow_id, topic
+    given = workflow_named(workflow_id, to_key, key_option="--to-key")
+    if topic is None:
+        raise InvalidInput(
+            "missing TOPIC: wfctl send ID TOPIC [JSON], or wfctl send --to-key KEY TOPIC [JSON]"
+        )
     session = Session.create(dsn, config, json)
-    wid = words.parse_id(workflow_id)
     coordination.check_message(topic, key)
     encoded = None if payload is None else jsonlines.parse_input(payload, "message payload", "JSON payload")
     with session.connect() as conn:
-        sent = coordination.send_json(conn, wid, topic, encoded, key=key)
+        sent = coordination.send_json(conn, given, topic, encoded, key=key, to_key=to_key)
+    wid = sent.workflow_id
     if session.json:
         render.print_json({"id": sent.id, "workflow_id": str(wid), "topic": topic, "created": sent.created})
     elif sent.created:
@@ -108,7 +142,8 @@ def event(
 
 
 def wait(
-    workflow_id: IdArg,
+    workflow_id: IdOrKeyArg = None,
+    key: KeyOpt = None,
     timeout: Annotated[
         str | None,
         typer.Option(
@@ -122,12 +157,13 @@ def wait(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Wait until a workflow finishes; print its output as JSON (exit 0), or exit 11 (failed),
-    12 (cancelled), 13 (--timeout passed)."""
+    """Wait until a workflow (by its ID or by --key) finishes; print its output as JSON (exit 0),
+    or exit 11 (failed), 12 (cancelled), 13 (--timeout passed)."""
     session = Session.create(dsn, config, json)
-    wid = words.parse_id(workflow_id)
+    given = workflow_named(workflow_id, key)
     seconds = _seconds(timeout, "--timeout")
     with session.connect() as conn:
+        wid = keys.run_id(conn, given, key)
         try:
             output = coordination.result(_exact(conn), wid, timeout=seconds)
         except WorkflowFailed as exc:

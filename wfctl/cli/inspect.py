@@ -13,7 +13,16 @@ import typer
 
 from wfctl import reports, validate, words
 from wfctl.cli import render, render_reports, render_waits
-from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, ReplicaOpt, Session
+from wfctl.cli.common import (
+    ConfigOpt,
+    DsnOpt,
+    IdOrKeyArg,
+    JsonOpt,
+    KeyOpt,
+    ReplicaOpt,
+    Session,
+    workflow_named,
+)
 from wfctl.durations import MIN_SECONDS, MIN_STALE_SECONDS, parse_duration
 from wfctl.errors import InvalidInput
 from wfctl.prometheus import exposition, generated_family, write_atomically
@@ -109,6 +118,16 @@ def list_workflows(
             "with what each waits for and the time left.",
         ),
     ] = False,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            metavar="PREFIX",
+            help="Only workflows whose idempotency key starts with PREFIX, character for "
+            "character (% and _ are themselves); the table adds the key.",
+            show_default=False,
+        ),
+    ] = None,
     replica: ReplicaOpt = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
@@ -117,25 +136,33 @@ def list_workflows(
     """Workflows, newest first. A pending one parked on a wait shows as waiting."""
     window = _duration(since, "--since") if since is not None else None
     _type_filter(workflow_type)
+    validate.check_text(key, "--key")
     if status is not None:
         words.check_status(status)
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.list_workflows(
-            conn, status=status, workflow_type=workflow_type, since=window, limit=limit, waiting=waiting
+            conn,
+            status=status,
+            workflow_type=workflow_type,
+            since=window,
+            limit=limit,
+            waiting=waiting,
+            key_prefix=key,
         )
     if session.json:
         render.print_json(rows)
     elif rows and waiting:
         render_waits.waiting_list(rows)
     elif rows:
-        render_reports.workflow_list(rows)
+        render_reports.workflow_list(rows, keys=key is not None)
     else:
         render.notice("no workflows waiting" if waiting else "no workflows match")
 
 
 def show(
-    workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id (a UUID).")],
+    workflow_id: IdOrKeyArg = None,
+    key: KeyOpt = None,
     traceback: Annotated[
         bool, typer.Option("--traceback", help="Print the error's whole traceback (file and line).")
     ] = False,
@@ -144,12 +171,13 @@ def show(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """One workflow: its row, what it waits for, its deadline, input, output and error, a
-    timeline of its steps, its attempts, its parent and children, its events and messages."""
-    ident = words.parse_id(workflow_id)
+    """One workflow, by its ID or by --key: its row, what it waits for, its deadline, input,
+    output and error, a timeline of its steps, its attempts, its parent and children, its
+    events and messages."""
+    ident = workflow_named(workflow_id, key)
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
-        detail = reports.show_workflow(conn, ident)
+        detail = reports.show_workflow(conn, ident, key)
     if session.json:
         render.print_json(
             {

@@ -6,25 +6,27 @@ from typing import Annotated
 
 import typer
 
-from wfctl import control, validate, words
+from wfctl import control, keys, validate, words
 from wfctl.cli import render
-from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
+from wfctl.cli.common import ConfigOpt, DsnOpt, IdOrKeyArg, JsonOpt, KeyOpt, Session, workflow_named
 from wfctl.durations import parse_duration
 
 
 def cancel(
-    workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.")],
+    workflow_id: IdOrKeyArg = None,
+    key: KeyOpt = None,
     reason: Annotated[str | None, typer.Option("--reason", help="Kept as the error message.")] = None,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Cancel a workflow and its unfinished descendants (child workflows, theirs, ...): pending
-    ones at once, running ones at their next step boundary."""
+    """Cancel a workflow (by its ID or by --key) and its unfinished descendants (child
+    workflows, theirs, ...): pending ones at once, running ones at their next step boundary."""
     session = Session.create(dsn, config, json)
-    wid = words.parse_id(workflow_id)
+    given = workflow_named(workflow_id, key)
     validate.check_text(reason, "--reason")
     with session.connect() as conn:
+        wid = keys.run_id(conn, given, key)
         done = control.cancel(conn, wid, reason)
     if session.json:
         render.print_json(
@@ -61,7 +63,8 @@ def _descendants(done: control.Cancelled) -> str:
 
 
 def retry(
-    workflow_id: Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.")],
+    workflow_id: IdOrKeyArg = None,
+    key: KeyOpt = None,
     from_step: Annotated[
         int | None,
         typer.Option("--from-step", help="Forget the checkpoints of step N and later (default: keep all)."),
@@ -70,11 +73,12 @@ def retry(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Put a failed or cancelled workflow back to pending, with its attempt counter reset (and
-    the descendants a cancel of it took with it)."""
+    """Put a failed or cancelled workflow (by its ID or by --key) back to pending, with its
+    attempt counter reset (and the descendants a cancel of it took with it)."""
     session = Session.create(dsn, config, json)
-    wid = words.parse_id(workflow_id)
+    given = workflow_named(workflow_id, key)
     with session.connect() as conn:
+        wid = keys.run_id(conn, given, key)
         done = control.retry(conn, wid, from_step)
     if session.json:
         render.print_json(

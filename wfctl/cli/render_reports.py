@@ -141,13 +141,17 @@ def _first_line(message: Any, width: int = 60) -> Text | None:
     return plain(first if len(first) <= width else first[: width - 1] + "…")
 
 
-def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
+def workflow_list(rows: Sequence[dict[str, Any]], *, keys: bool = False) -> None:
+    """``list``'s table; with ``keys`` (``list --key``), each run's idempotency key after its id."""
+    key = ["key"] if keys else []
+    left: JustifyMethod = "left"
     table(
         None,
-        ["id", "type", "status", "attempt", "step", "created", "duration", "error"],
+        ["id", *key, "type", "status", "attempt", "step", "created", "duration", "error"],
         [
             (
                 r["id"],
+                *([r["idempotency_key"]] if keys else []),
                 r["workflow_type"],
                 _list_status(r),
                 r["attempt"],
@@ -158,7 +162,7 @@ def workflow_list(rows: Sequence[dict[str, Any]]) -> None:
             )
             for r in rows
         ],
-        justify=["left", "left", "left", _NUM, _NUM, "left", _NUM, "left"],
+        justify=[left, *([left] if keys else []), left, left, _NUM, _NUM, left, _NUM, left],
     )
 
 

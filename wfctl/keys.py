@@ -9,7 +9,7 @@ nothing is done to either. ``list`` takes a key prefix instead (``prefix_params`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 from uuid import UUID
 
 import psycopg
@@ -18,6 +18,9 @@ from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.printable import printable
 from wfctl.queries import q
 from wfctl.validate import check_text
+
+#: A workflow id as the library takes one: a ``uuid.UUID`` or its text.
+WorkflowId: TypeAlias = UUID | str
 
 #: How many of the runs that share a key an error names.
 NAMED = 3
@@ -115,7 +118,14 @@ def prefix_params(conn: psycopg.Connection[Any], prefix: str | None) -> dict[str
     code point (keys.code_point_order), the range [prefix, successor), which holds exactly the
     keys that start with it there, so that the key's index serves the search."""
     if prefix is None:
-        return {"key_prefix": None, "key_ranged": False, "key_below": None}
+        return prefix_range(None, None)
     check_text(prefix, "the idempotency key prefix")
-    row = conn.execute(q("keys.code_point_order")).fetchone()
-    return {"key_prefix": prefix, "key_ranged": bool(row and row[0]), "key_below": successor(prefix)}
+    return prefix_range(prefix, conn.execute(q("keys.code_point_order")).fetchone())
+
+
+def prefix_range(prefix: str | None, order: tuple[Any, ...] | None) -> dict[str, Any]:
+    """``prefix_params`` of a prefix already checked, and the row ``keys.code_point_order``
+    read (None when there is no prefix, and nothing was read)."""
+    if prefix is None:
+        return {"key_prefix": None, "key_ranged": False, "key_below": None}
+    return {"key_prefix": prefix, "key_ranged": bool(order and order[0]), "key_below": successor(prefix)}

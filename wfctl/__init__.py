@@ -6,7 +6,7 @@ signals a running one, ``wfctl.get_event`` reads what it published and ``wfctl.r
 for its output. The operator API does what ``wfctl show``, ``list``, ``cancel`` and ``retry``
 do: ``wfctl.get`` (a ``wfctl.RunStatus``), ``wfctl.list`` (``wfctl.RunSummary`` rows),
 ``wfctl.cancel`` and ``wfctl.retry``. A run is named by its id or by ``key=``, the idempotency
-key it was submitted with. ``wfctl.aio`` has the four client calls for asyncio applications.
+key it was submitted with. ``wfctl.aio`` has these calls as coroutines for asyncio applications.
 Every error the library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 

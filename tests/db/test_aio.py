@@ -13,16 +13,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
 from helpers import rows
+from psycopg.pq import TransactionStatus
+from support import run_states as states
 from support.own_schema import app_database
+from test_business_keys import shared_key
+from test_operator_api import runs_in_each_state
 
 import wfctl
 from wfctl import aio, control, coordination
 from wfctl.connection import with_search_path
+from wfctl.control import Cancelled, Retried
 
 UNKNOWN = "6f1c1b7e-0000-4000-8000-000000000000"
 
@@ -509,3 +516,319 @@ def test_fifty_waits_on_one_event_loop_all_return(dsn, announcements):
 
     assert asyncio.run(main()) == [{"n": n} for n in range(50)]
     assert announcements.heard == [True] * 50
+
+
+# -- by business key: result and send ----------------------------------------------------------
+
+
+def test_result_and_send_by_key_reach_the_run_with_that_key(dsn, conn):
+    done = states.submitted(dsn, "ship-done", "order-done")
+    states.completed(conn, states.claim(conn, "ship-done"), {"tracking": "ZX-1"})
+    waiting = states.submitted(dsn, "approve", "order-7")
+    states.on_a_message(conn, states.claim(conn, "approve"), "approval", timeout=None)
+
+    async def main() -> tuple[Any, Any, int, int, int]:
+        async with await aconnect(dsn, autocommit=False) as aconn:
+            async with aconn.transaction(force_rollback=True):
+                rolled = await aio.send(aconn, topic="approval", payload={"no": 1}, to_key="order-7")
+            on_conn = await aio.result(aconn, key="order-done", timeout=0)
+        first = await aio.send(dsn, topic="approval", payload={"ok": True}, to_key="order-7", key="m1")
+        again = await aio.send(dsn, None, "approval", {"ok": False}, to_key="order-7", key="m1")
+        return on_conn, await aio.result(dsn, key="order-done"), rolled, first, again
+
+    on_conn, on_dsn, rolled, first, again = asyncio.run(main())
+    assert on_conn == on_dsn == {"tracking": "ZX-1"} == wfctl.result(dsn, key="order-done")
+    assert again == first != rolled
+    assert rows(dsn, "SELECT id, workflow_id, payload FROM workflow_messages") == [
+        (first, waiting, {"ok": True})
+    ]
+    refused = asyncio.run(aerror_of(aio.send(dsn, topic="approval", to_key="order-done")))
+    assert_same_error(error_of(lambda: wfctl.send(dsn, topic="approval", to_key="order-done")), refused)
+    assert isinstance(refused, wfctl.InvalidState) and done != waiting
+
+
+# -- the operator API: get, list, cancel, retry -------------------------------------------------
+
+
+def test_get_and_list_say_what_the_blocking_ones_say_on_a_dsn_and_a_connection(dsn, conn):
+    runs = runs_in_each_state(dsn, conn)
+    ids = [runs.pending, runs.running, runs.on_message, runs.asleep, runs.on_children, *runs.children]
+    ids += [runs.completed, runs.failed, runs.cancelled]
+    filters: list[dict[str, Any]] = [
+        {},
+        {"status": "failed"},
+        {"type": "ops-sleep"},
+        {"limit": 3},
+        {"key": "order-"},
+        {"key": "order-fail"},
+        {"key": "order-", "status": "pending", "type": "ops-sleep"},
+        {"key": "order-nothing"},
+        {"since": "1h"},
+        {"since": 3600},
+        {"since": timedelta(hours=1)},
+    ]
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        got: list[Any] = []
+        listed: list[Any] = []
+        async with await aconnect(dsn) as aconn:
+            for wid in ids:
+                got.append(await aio.get(dsn, wid))
+                got.append(await aio.get(aconn, str(wid)))  # the id as text too
+            for run in got[::2]:
+                if run.idempotency_key is not None:
+                    got.append(await aio.get(aconn, key=run.idempotency_key))
+            for where in filters:
+                listed.append(await aio.list(dsn, **where))
+                listed.append(await aio.list(aconn, **where))
+        return got, listed
+
+    got, listed = asyncio.run(main())
+    want = [wfctl.get(dsn, wid) for wid in ids]
+    assert got[: 2 * len(ids) : 2] == got[1 : 2 * len(ids) : 2] == want
+    assert got[2 * len(ids) :] == [run for run in want if run.idempotency_key is not None]
+    assert all(isinstance(run, wfctl.RunStatus) for run in got)
+    assert len(listed[0]) == 10 and listed[0][0].wait is None  # a child, the newest
+    for index, where in enumerate(filters):
+        blocking = wfctl.list(dsn, **where)
+        assert listed[2 * index] == listed[2 * index + 1] == blocking, where
+        assert all(isinstance(row, wfctl.RunSummary) for row in blocking)
+    assert [r.id for r in listed[2]] == [runs.failed]
+
+
+def test_cancel_and_retry_return_what_the_engine_did(dsn, conn):
+    runs = runs_in_each_state(dsn, conn)
+
+    async def main() -> list[Any]:
+        async with await aconnect(dsn) as aconn:
+            return [
+                await aio.cancel(dsn, runs.on_children),
+                await aio.retry(aconn, key="order-parent"),
+                await aio.cancel(aconn, key="order-running", reason="stop"),
+                await aio.retry(dsn, runs.failed, from_step=1),
+            ]
+
+    parent, again, running, failed = asyncio.run(main())
+    assert (parent.id, parent.previous_status, parent.worker) == (runs.on_children, "pending", states.WORKER)
+    assert [(d.id, d.previous_status, d.depth) for d in parent.descendants] == [
+        (child, "pending", 1) for child in sorted(runs.children)
+    ]
+    assert again == Retried(runs.on_children, kept_steps=1, descendants=2)
+    assert running == Cancelled(runs.running, "running", states.WORKER)
+    assert failed == Retried(runs.failed, kept_steps=0)
+    assert rows(dsn, "SELECT status, error_message FROM workflows WHERE id = %s", runs.running) == [
+        ("cancelled", "stop")
+    ]
+    assert wfctl.get(dsn, runs.failed).status == wfctl.get(dsn, runs.children[0]).status == "pending"
+
+
+def both_errors(blocking: Callable[[], object], awaited: Awaitable[object]) -> Exception:
+    """The error of the blocking call and of its async twin, checked to be the same; the latter."""
+    first = error_of(blocking)
+    second = asyncio.run(aerror_of(awaited))
+    assert_same_error(first, second)
+    return second
+
+
+def operator_calls(target: Any, wid: object = None, key: str | None = None) -> dict[str, tuple[Any, Any]]:
+    """Each call that names one run, blocking and async, by ``wid`` or by ``key``."""
+    return {
+        "get": (lambda: wfctl.get(target, wid, key=key), lambda: aio.get(target, wid, key=key)),
+        "cancel": (lambda: wfctl.cancel(target, wid, key=key), lambda: aio.cancel(target, wid, key=key)),
+        "retry": (lambda: wfctl.retry(target, wid, key=key), lambda: aio.retry(target, wid, key=key)),
+        "result": (
+            lambda: wfctl.result(target, wid, timeout=0, key=key),
+            lambda: aio.result(target, wid, timeout=0, key=key),
+        ),
+        "send": (
+            lambda: wfctl.send(target, wid, "approval", {"ok": True}, to_key=key),
+            lambda: aio.send(target, wid, "approval", {"ok": True}, to_key=key),
+        ),
+    }
+
+
+def test_an_unknown_id_or_key_is_not_found_as_for_the_blocking_calls(dsn):
+    missing = uuid4()
+    for blocking, awaited in operator_calls(dsn, missing).values():
+        assert isinstance(both_errors(blocking, awaited()), wfctl.NotFound)
+    for name, (blocking, awaited) in operator_calls(dsn, key="no-such-order").items():
+        found = both_errors(blocking, awaited())
+        assert str(found) == "no workflow with idempotency key 'no-such-order'", name
+    escaped = both_errors(lambda: wfctl.get(dsn, key="evil\x1b[2J\n"), aio.get(dsn, key="evil\x1b[2J\n"))
+    assert str(escaped) == "no workflow with idempotency key 'evil\\x1b[2J\\x0a'"
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+
+
+def test_an_id_and_a_key_together_or_neither_is_invalid_input(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+    for blocking, awaited in operator_calls(dsn, wid, key="order-1").values():
+        assert "not both" in str(both_errors(blocking, awaited()))
+    for blocking, awaited in operator_calls(dsn).values():
+        assert isinstance(both_errors(blocking, awaited()), wfctl.InvalidInput)
+    assert "not a workflow id" in str(both_errors(lambda: wfctl.get(dsn, "x"), aio.get(dsn, "x")))
+    assert "NUL" in str(both_errors(lambda: wfctl.get(dsn, key="o\x00"), aio.get(dsn, key="o\x00")))
+    assert "NUL" in str(both_errors(lambda: wfctl.list(dsn, key="o\x00"), aio.list(dsn, key="o\x00")))
+    bad = "r\x00"
+    assert "NUL" in str(
+        both_errors(lambda: wfctl.cancel(dsn, wid, reason=bad), aio.cancel(dsn, wid, reason=bad))
+    )
+    assert wfctl.get(dsn, wid).status == "pending"  # nothing was done to it
+
+
+def test_cancel_of_a_finished_run_and_retry_of_an_unfinished_one_are_invalid_state(dsn, conn):
+    runs = runs_in_each_state(dsn, conn)
+    before = rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id")
+    cases = [
+        ("cancel", (runs.completed,), {}, wfctl.InvalidState),
+        ("cancel", (), {"key": "order-failed"}, wfctl.InvalidState),
+        ("retry", (runs.running,), {}, wfctl.InvalidState),
+        ("retry", (), {"key": "order-pending"}, wfctl.InvalidState),
+        ("retry", (runs.failed,), {"from_step": 0}, wfctl.InvalidInput),
+        ("list", (), {"status": "done"}, wfctl.InvalidInput),
+        ("list", (), {"since": "soon"}, wfctl.InvalidInput),
+        ("list", (), {"since": 0}, wfctl.InvalidInput),
+        ("list", (), {"limit": 0}, wfctl.InvalidInput),
+        ("list", (), {"type": "t\x00"}, wfctl.InvalidInput),
+    ]
+    for name, args, kwargs, kind in cases:
+        blocking = getattr(wfctl, name)
+        awaited = getattr(aio, name)(dsn, *args, **kwargs)
+        refused = both_errors(lambda b=blocking, a=args, k=kwargs: b(dsn, *a, **k), awaited)
+        assert isinstance(refused, kind), (name, args, kwargs)
+    assert rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id") == before
+
+
+def test_an_output_python_cannot_read_is_invalid_state_as_for_get(dsn):
+    wid = states.submitted(dsn, "ops", "order-deep")
+    finish(dsn, wid, output="[" * 5000 + "]" * 5000)
+    got = both_errors(lambda: wfctl.get(dsn, key="order-deep"), aio.get(dsn, key="order-deep"))
+    assert isinstance(got, wfctl.InvalidState) and "cannot be decoded" in str(got)
+    assert [r.id for r in asyncio.run(aio.list(dsn, key="order-deep"))] == [wid]  # no output read
+
+
+def test_operator_calls_refuse_a_blocking_connection(dsn, conn):
+    for awaited in (
+        aio.get(conn, UNKNOWN),
+        aio.list(conn),
+        aio.cancel(conn, UNKNOWN),
+        aio.retry(conn, UNKNOWN),
+    ):
+        refused = asyncio.run(aerror_of(awaited))
+        assert isinstance(refused, wfctl.InvalidInput) and "AsyncConnection" in str(refused)
+
+
+# -- the operator API on a connection -----------------------------------------------------------
+
+
+def test_on_a_connection_everything_runs_in_the_callers_transaction(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+
+    async def main() -> None:
+        async with await aconnect(dsn, autocommit=False) as aconn:
+            async with aconn.transaction(force_rollback=True):
+                mine = await aio.submit(aconn, "ops", {}, key="order-2")  # seen only here
+                assert (await aio.get(aconn, key="order-2")).id == mine
+                assert {r.id for r in await aio.list(aconn, key="order-")} == {wid, mine}
+                assert (await aio.cancel(aconn, key="order-1")).id == wid
+                assert (await aio.get(aconn, wid)).status == "cancelled"
+                assert await aio.retry(aconn, wid) == Retried(wid, 0)
+                assert (await aio.cancel(aconn, wid, reason="no")).previous_status == "pending"
+                assert (await aio.get(dsn, wid)).status == "pending"  # nothing committed meanwhile
+            assert aconn.info.transaction_status == TransactionStatus.IDLE
+
+    asyncio.run(main())
+    assert wfctl.get(dsn, wid).status == "pending"
+    with pytest.raises(wfctl.NotFound):
+        wfctl.get(dsn, key="order-2")
+
+
+def test_an_error_inside_the_callers_transaction_leaves_it_usable(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+
+    async def main() -> None:
+        async with await aconnect(dsn, autocommit=False) as aconn, aconn.transaction(force_rollback=True):
+            await aio.cancel(aconn, wid)
+            assert isinstance(await aerror_of(aio.cancel(aconn, key="order-1")), wfctl.InvalidState)
+            assert isinstance(await aerror_of(aio.retry(aconn, key="nobody")), wfctl.NotFound)
+            assert aconn.info.transaction_status == TransactionStatus.INTRANS
+            assert (await aio.retry(aconn, wid)).id == wid  # the transaction goes on
+
+    asyncio.run(main())
+    assert wfctl.get(dsn, wid).status == "pending"
+
+
+def test_without_autocommit_cancel_leaves_the_transaction_to_the_caller(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+
+    async def main() -> None:
+        async with await aconnect(dsn, autocommit=False) as aconn:  # no transaction open
+            assert aconn.info.transaction_status == TransactionStatus.IDLE
+            await aio.cancel(aconn, wid)
+            assert aconn.info.transaction_status == TransactionStatus.INTRANS  # open, not committed
+            assert wfctl.get(dsn, wid).status == "pending"
+            await aconn.rollback()
+            assert wfctl.get(dsn, wid).status == "pending"
+            await aio.cancel(aconn, key="order-1")
+            assert aconn.info.transaction_status == TransactionStatus.INTRANS
+            await aconn.commit()
+            assert wfctl.get(dsn, wid).status == "cancelled"
+            await aio.retry(aconn, wid)
+            assert wfctl.get(dsn, wid).status == "cancelled"
+            await aconn.commit()
+
+    asyncio.run(main())
+    assert wfctl.get(dsn, wid).status == "pending"
+
+
+def test_in_autocommit_mode_cancel_and_retry_commit_at_once(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+
+    async def main() -> None:
+        async with await aconnect(dsn) as aconn:
+            await aio.cancel(aconn, key="order-1")
+            assert aconn.info.transaction_status == TransactionStatus.IDLE
+            assert wfctl.get(dsn, wid).status == "cancelled"
+            await aio.retry(aconn, wid)
+            assert wfctl.get(dsn, wid).status == "pending"
+
+    asyncio.run(main())
+
+
+def test_reads_on_a_connection_leave_no_transaction_open(dsn):
+    wid = states.submitted(dsn, "ops", "order-1")
+
+    async def main() -> None:
+        async with await aconnect(dsn, autocommit=False) as aconn:
+            assert (await aio.get(aconn, key="order-1")).id == wid
+            assert [r.id for r in await aio.list(aconn, key="order")] == [wid]
+            assert aconn.info.transaction_status == TransactionStatus.IDLE
+
+    asyncio.run(main())
+
+
+# -- a key two runs share (the partitioned layout) -----------------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["partitioned"], indirect=True)
+def test_a_key_two_runs_share_names_both_and_acts_on_neither(dsn, layout):
+    older, newer = shared_key(dsn)
+    before = rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id")
+    named = f"idempotency key 'order-7' names more than one workflow ({newer}, {older}, newest first): "
+    named += "name one by its id"
+
+    async def main() -> list[Exception]:
+        async with await aconnect(dsn) as aconn:
+            refused = [
+                await aerror_of(awaited()) for _, awaited in operator_calls(dsn, key="order-7").values()
+            ]
+            refused += [
+                await aerror_of(awaited()) for _, awaited in operator_calls(aconn, key="order-7").values()
+            ]
+        return refused
+
+    for refused in asyncio.run(main()):
+        assert isinstance(refused, wfctl.InvalidState) and str(refused) == named
+    assert rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id") == before
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+    listed = asyncio.run(aio.list(dsn, key="order-7"))  # the list shows both
+    assert [r.id for r in listed] == [newer, older]

@@ -7,11 +7,13 @@ function retries and a timeout, ``wfctl.Context`` is what a workflow function re
 operator API does what ``wfctl show``, ``list``, ``cancel`` and ``retry`` do: ``wfctl.get`` (a
 ``wfctl.RunStatus``), ``wfctl.list`` (``wfctl.RunSummary`` rows), ``wfctl.cancel`` and
 ``wfctl.retry``. A run is named by its id or by ``key=``, the idempotency key it was submitted
-with. Every error the library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
+with. ``wfctl.aio`` has these calls as coroutines for asyncio applications. Every error the
+library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
 __version__ = "0.1.0"
 
+from wfctl import aio
 from wfctl.client import submit
 from wfctl.context import Context
 from wfctl.coordination import get_event, result, send
@@ -62,6 +64,7 @@ __all__ = [
     "WorkflowCancelled",
     "WorkflowFailed",
     "__version__",
+    "aio",
     "cancel",
     "get",
     "get_event",

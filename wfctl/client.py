@@ -15,7 +15,7 @@ from psycopg import errors as pg_errors
 
 from wfctl import limits
 from wfctl.connection import connect, translate
-from wfctl.durations import as_seconds, parse_duration, timeout_message, timeout_seconds
+from wfctl.durations import Duration, as_seconds, parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import InvalidInput, InvalidState
 from wfctl.queries import q
 from wfctl.validate import check_int, check_key, check_type, encode_input
@@ -53,7 +53,7 @@ def _timeout(timeout: str | float | timedelta | None) -> dict[str, Any]:
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
+def database_errors() -> Iterator[None]:
     """A database error raised while submitting becomes the wfctl error it means (an input over
     the database's limit: InvalidInput; no schema: SchemaError; no privilege: PermissionDenied;
     ...), the driver's error as its cause."""
@@ -118,34 +118,69 @@ def submit_one(
 ) -> Submitted:
     """Enqueue one workflow whose input is JSON text already checked by ``parse_input`` or
     ``encode_input`` (the size limit applies to what the user gave, not to this text)."""
+    params = submit_params(
+        workflow_type, input_json, key, delay, priority, max_retries, timeout, concurrency_key
+    )
+    with _connection(conn_or_dsn) as conn, database_errors():
+        for _ in range(SUBMIT_TRIES):
+            found = submitted(conn.execute(q("client.submit"), params).fetchone())
+            if found is not None:
+                return found
+    raise unseen_key(key)
+
+
+def submit_params(
+    workflow_type: str,
+    input_json: str | None,
+    key: str | None,
+    delay: Duration | None,
+    priority: int,
+    max_retries: int | None,
+    timeout: Duration | None,
+    concurrency_key: str | None,
+    /,
+) -> dict[str, Any]:
+    """Check the arguments of a submit (``InvalidInput``) and return the parameters of the
+    statement ``client.submit``: what ``submit_one`` and ``wfctl.aio.submit`` send. Positional
+    only, in the order of ``submit``'s parameters, which its callers pass under the same names."""
     check_type(workflow_type)
     check_key(key)
+    run = _run_params(delay, priority, max_retries, timeout, concurrency_key)
+    return {"workflow_type": workflow_type, "input": input_json, "key": key, **run}
+
+
+def _run_params(
+    delay: Duration | None, priority: int, max_retries: int | None, timeout: Duration | None, key: str | None
+) -> dict[str, Any]:
+    """The checked parameters that a submit of one run and of a batch share (``key``: the
+    concurrency key)."""
     check_int(priority, "priority")
     check_int(max_retries, "max_retries", minimum=0)
-    if concurrency_key is not None:
-        limits.check_key(concurrency_key)
-    params = {
-        "workflow_type": workflow_type,
-        "input": input_json,
-        "key": key,
+    if key is not None:
+        limits.check_key(key)
+    return {
         "delay": _delay(delay),
         "priority": priority,
         "max_retries": max_retries,
-        "concurrency_key": concurrency_key,
+        "concurrency_key": key,
         **_timeout(timeout),
     }
-    with _connection(conn_or_dsn) as conn, _errors():
-        for _ in range(SUBMIT_TRIES):
-            row = conn.execute(q("client.submit"), params).fetchone()
-            if row is not None:
-                return Submitted(id=row[0], created=bool(row[1]))
-            # the key's workflow was deleted (pruned) between the function's two statements: again
-        # the key conflicts with a row this transaction's snapshot cannot see (a REPEATABLE READ
-        # or SERIALIZABLE transaction that began before that workflow was committed)
-        raise InvalidState(
-            f"idempotency key {key!r} belongs to a workflow this transaction cannot see yet "
-            "(its snapshot is older); submit again in a new transaction"
-        )
+
+
+def submitted(row: tuple[Any, ...] | None) -> Submitted | None:
+    """What a row of ``client.submit`` says: the run, or None when the key's run was deleted
+    (pruned) between the function's two statements, and the submit is to be tried again."""
+    return None if row is None else Submitted(id=row[0], created=bool(row[1]))
+
+
+def unseen_key(key: str | None) -> InvalidState:
+    """The error of a submit whose every try found no row: the key conflicts with a row this
+    transaction's snapshot cannot see (a REPEATABLE READ or SERIALIZABLE transaction that began
+    before that workflow was committed)."""
+    return InvalidState(
+        f"idempotency key {key!r} belongs to a workflow this transaction cannot see yet "
+        "(its snapshot is older); submit again in a new transaction"
+    )
 
 
 def submit_many(
@@ -161,23 +196,13 @@ def submit_many(
 ) -> list[UUID]:
     """Enqueue a batch of one type in a single statement (the caller owns the transaction)."""
     check_type(workflow_type)
-    check_int(priority, "priority")
-    check_int(max_retries, "max_retries", minimum=0)
-    if concurrency_key is not None:
-        limits.check_key(concurrency_key)
-    with _errors():
-        rows = conn.execute(
-            q("client.submit_many"),
-            {
-                "workflow_type": workflow_type,
-                "inputs": list(inputs_json),
-                "delay": _delay(delay),
-                "priority": priority,
-                "max_retries": max_retries,
-                "concurrency_key": concurrency_key,
-                **_timeout(timeout),
-            },
-        ).fetchall()
+    params = {
+        "workflow_type": workflow_type,
+        "inputs": list(inputs_json),
+        **_run_params(delay, priority, max_retries, timeout, concurrency_key),
+    }
+    with database_errors():
+        rows = conn.execute(q("client.submit_many"), params).fetchall()
     return [r[0] for r in rows]
 
 

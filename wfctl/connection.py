@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -192,14 +195,63 @@ def _check_search_path(conn: psycopg.Connection[Any], wanted: str, dsn: str) -> 
     except psycopg.Error as exc:
         conn.close()
         raise translate(exc, dsn) from None
-    got = str(row[0]) if row else ""
-    if got != wanted:
+    refused = search_path_refused(row, wanted, dsn)
+    if refused is not None:
         conn.close()
-        raise ConfigError(
-            f"connected to {describe(dsn)}, but its search_path is {got!r}, not the schema {wanted!r} "
-            "that the DSN's options ask for: something between (a pooler such as PgBouncer) dropped them",
-            f"give them search_path {wanted} another way, such as ALTER ROLE ... SET search_path = {wanted}",
-        )
+        raise refused
+
+
+def search_path_refused(row: tuple[Any, ...] | None, wanted: str, dsn: str) -> ConfigError | None:
+    """The error for a connection whose search_path (``row``: what ``admin.search_path`` read)
+    is not the schema ``wanted`` that the DSN asked for; None when it is."""
+    got = str(row[0]) if row else ""
+    if got == wanted:
+        return None
+    return ConfigError(
+        f"connected to {describe(dsn)}, but its search_path is {got!r}, not the schema {wanted!r} "
+        "that the DSN's options ask for: something between (a pooler such as PgBouncer) dropped them",
+        f"give them search_path {wanted} another way, such as ALTER ROLE ... SET search_path = {wanted}",
+    )
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a DSN becomes before wfctl connects to it: the conninfo given to libpq (with wfctl's
+    application name and connect timeout where the DSN sets none), and the schema its options
+    put on the search_path (a plain name, which the connection is checked against; else None)."""
+
+    conninfo: str
+    search_path: str | None
+
+
+def dsn_target(dsn: str, *, application_name: str = "wfctl", connect_timeout: int = 10) -> Target:
+    """Parse ``dsn`` for ``connect`` (and ``wfctl.aio``'s connect); ``ConfigError`` when it
+    does not parse."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {scrub(_first_line(exc), dsn)}") from None
+    except UnicodeError:
+        raise ConfigError("invalid DSN: it is not valid UTF-8") from None
+    params.setdefault("application_name", application_name)
+    params.setdefault("connect_timeout", str(connect_timeout))
+    options = params.get("options")  # text, as every value parsed from a DSN (ConnParam allows int too)
+    return Target(
+        conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None}),
+        requested_search_path(options if isinstance(options, str) else None),
+    )
+
+
+@contextmanager
+def connecting(dsn: str) -> Iterator[None]:
+    """A failure to open a connection to ``dsn`` as the wfctl error it means, without the
+    driver's traceback or the DSN's secrets."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translate(exc, dsn) from None
+    except UnicodeError as exc:  # a host name (DSN or PGHOST) that is not valid text
+        raise ConfigError(f"cannot connect to {describe(dsn)}: {scrub(_first_line(exc), dsn)}") from None
 
 
 def connect(
@@ -218,29 +270,13 @@ def connect(
     a server connection that the next transaction may not get. The worker opts in once it has
     checked that it talks to PostgreSQL directly (``behind_pooler``).
     """
-    try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"invalid DSN: {scrub(_first_line(exc), dsn)}") from None
-    except UnicodeError:
-        raise ConfigError("invalid DSN: it is not valid UTF-8") from None
-    params.setdefault("application_name", application_name)
-    params.setdefault("connect_timeout", str(connect_timeout))
-    try:
+    where = dsn_target(dsn, application_name=application_name, connect_timeout=connect_timeout)
+    with connecting(dsn):
         conn = psycopg.connect(
-            conninfo.make_conninfo("", **{k: v for k, v in params.items() if v is not None}),
-            autocommit=autocommit,
-            prepare_threshold=5 if prepare else None,
-            **kwargs,
+            where.conninfo, autocommit=autocommit, prepare_threshold=5 if prepare else None, **kwargs
         )
-    except psycopg.Error as exc:
-        raise translate(exc, dsn) from None
-    except UnicodeError as exc:  # a host name (DSN or PGHOST) that is not valid text
-        raise ConfigError(f"cannot connect to {describe(dsn)}: {scrub(_first_line(exc), dsn)}") from None
-    options = params.get("options")  # text, as every value parsed from a DSN (ConnParam allows int too)
-    wanted = requested_search_path(options if isinstance(options, str) else None)
-    if wanted is not None:
-        _check_search_path(conn, wanted, dsn)
+    if where.search_path is not None:
+        _check_search_path(conn, where.search_path, dsn)
     return conn
 
 
@@ -266,8 +302,13 @@ def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
     """True when a connection pooler sits between us and PostgreSQL: the backend pid that the
     server reported at connect time is not the pid of the backend running our statements
     (PgBouncer hands its clients a made-up one)."""
-    row = conn.execute(q("admin.backend_pid")).fetchone()
-    return row is None or int(row[0]) != conn.info.backend_pid
+    return pooled(conn.execute(q("admin.backend_pid")).fetchone(), conn.info.backend_pid)
+
+
+def pooled(row: tuple[Any, ...] | None, backend_pid: int) -> bool:
+    """Whether the pid the statement ``admin.backend_pid`` read (``row``) is not the one the
+    server reported at connect time (``backend_pid``): a pooler answered."""
+    return row is None or int(row[0]) != backend_pid
 
 
 #: SQLSTATEs that mean the session is gone: class 08 (connection exception) and the server

@@ -32,7 +32,11 @@ class Found:
 
 def _lookup(conn: psycopg.Connection[Any], wid: UUID) -> Found:
     with conn.cursor(row_factory=class_row(Found)) as cur:
-        row = cur.execute(q("control.lookup"), {"id": wid}).fetchone()
+        return found(wid, cur.execute(q("control.lookup"), {"id": wid}).fetchone())
+
+
+def found(wid: UUID, row: Found | None) -> Found:
+    """The row ``control.lookup`` read for ``wid``; NotFound when there was none."""
     if row is None:
         raise NotFound(f"no workflow {wid}")
     return row
@@ -81,16 +85,39 @@ def cancel(conn: psycopg.Connection[Any], wid: UUID, reason: str | None = None) 
 
 
 def _cancel_tree(conn: psycopg.Connection[Any], wid: UUID, reason: str | None) -> Cancelled:
-    params = {"id": wid, "reason": reason, "descendants_only": False}
+    params = cancel_params(wid, reason)
     with conn.cursor(row_factory=class_row(CancelledRow)) as cur:
         rows = cur.execute(q("control.cancel"), params).fetchall()
-        if not rows or rows[0].depth != 0:
-            raise InvalidState(
-                f"workflow {wid} is already {_lookup(conn, wid).status}: there is nothing to cancel"
-            )
+        if not cancels_root(rows):
+            raise nothing_to_cancel(wid, _lookup(conn, wid).status)
         params["descendants_only"] = True
         while more := cur.execute(q("control.cancel"), params).fetchall():
             rows.extend(more)
+    return cancelled(rows)
+
+
+# What a cancel sends and what its rows mean, apart from its I/O (here, and wfctl.aio's).
+
+
+def cancel_params(wid: UUID, reason: str | None) -> dict[str, Any]:
+    """The parameters of ``control.cancel``'s first run (the workflow and the descendants it
+    sees); the next runs set ``descendants_only``."""
+    return {"id": wid, "reason": reason, "descendants_only": False}
+
+
+def cancels_root(rows: Sequence[CancelledRow]) -> bool:
+    """Whether the first run of ``control.cancel`` cancelled the workflow itself (else it had
+    finished: ``nothing_to_cancel``, and the transaction is rolled back)."""
+    return bool(rows) and rows[0].depth == 0
+
+
+def nothing_to_cancel(wid: UUID, status: str) -> InvalidState:
+    """The error of a cancel of a finished workflow, in ``status``."""
+    return InvalidState(f"workflow {wid} is already {status}: there is nothing to cancel")
+
+
+def cancelled(rows: Sequence[CancelledRow]) -> Cancelled:
+    """What the rows of a cancel (the workflow's first: ``cancels_root``) say it did."""
     root = rows[0]
     descendants = sorted(rows[1:], key=lambda row: (row.depth, row.id))
     return Cancelled(root.id, root.previous_status, root.worker, tuple(descendants))
@@ -111,21 +138,40 @@ def retry(conn: psycopg.Connection[Any], wid: UUID, from_step: int | None = None
     """Put a failed or cancelled workflow back to pending with its attempt counter reset, in
     one transaction, keeping its checkpoints (those before step ``from_step`` when given), and
     with it the descendants a cancel of it took."""
+    params = retry_params(wid, from_step)
+    with conn.transaction():
+        check_retryable(wid, _lookup(conn, wid).status)
+        if from_step is not None:
+            conn.execute(q("control.retry_delete_steps"), params)
+        found = retried(wid, conn.execute(q("control.retry"), params).fetchall())
+        conn.execute(q("control.notify"))
+    return found
+
+
+# What a retry checks and sends and what its rows mean, apart from its I/O (here, and
+# wfctl.aio's).
+
+
+def retry_params(wid: UUID, from_step: int | None) -> dict[str, Any]:
+    """Check ``from_step`` (InvalidInput) and return the parameters of ``control.retry`` and
+    ``control.retry_delete_steps``."""
     if from_step is not None and from_step < 1:
         raise InvalidInput("--from-step counts from 1")
-    with conn.transaction():
-        status = _lookup(conn, wid).status
-        if status not in RETRYABLE:
-            raise InvalidState(
-                f"workflow {wid} is {status}: only a failed or cancelled workflow can be retried"
-            )
-        if from_step is not None:
-            conn.execute(q("control.retry_delete_steps"), {"id": wid, "from_step": from_step})
-        done = conn.execute(q("control.retry"), {"id": wid, "from_step": from_step}).fetchall()
-        root = [int(step) for depth, step in done if depth == 0]
-        if not root:  # changed between the lookup and the update
-            raise InvalidState(f"workflow {wid} changed state meanwhile; look again")
-        conn.execute(q("control.notify"))
+    return {"id": wid, "from_step": from_step}
+
+
+def check_retryable(wid: UUID, status: str) -> None:
+    """InvalidState unless a workflow in ``status`` can be retried (failed or cancelled)."""
+    if status not in RETRYABLE:
+        raise InvalidState(f"workflow {wid} is {status}: only a failed or cancelled workflow can be retried")
+
+
+def retried(wid: UUID, done: Sequence[tuple[Any, ...]]) -> Retried:
+    """What the rows of ``control.retry`` (depth, checkpoints kept) say it did; InvalidState
+    when the workflow itself is not among them: it changed between the lookup and the update."""
+    root = [int(step) for depth, step in done if depth == 0]
+    if not root:
+        raise InvalidState(f"workflow {wid} changed state meanwhile; look again")
     return Retried(wid, root[0], len(done) - 1)
 
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import TypeAlias
 
 from wfctl.errors import InvalidInput
+
+#: A duration as the library takes one: a string as operators type it ("30s", "5m", "1h"), a
+#: number of seconds, or a ``timedelta``.
+Duration: TypeAlias = str | float | timedelta
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 MAX_SECONDS = 100 * 365 * 86400.0  # beyond this, timestamps overflow (and it is a typo anyway)

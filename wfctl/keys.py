@@ -9,7 +9,7 @@ nothing is done to either. ``list`` takes a key prefix instead (``prefix_params`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 from uuid import UUID
 
 import psycopg
@@ -18,6 +18,9 @@ from wfctl.errors import InvalidInput, InvalidState, NotFound
 from wfctl.printable import printable
 from wfctl.queries import q
 from wfctl.validate import check_text
+
+#: A workflow id as the library takes one: a ``uuid.UUID`` or its text.
+WorkflowId: TypeAlias = UUID | str
 
 #: How many of the runs that share a key an error names.
 NAMED = 3
@@ -59,6 +62,13 @@ def check_one(
     check_text(key, "the idempotency key")
 
 
+def given(workflow_id: UUID | str | None, key: str | None, *, key_name: str = "key=") -> UUID | None:
+    """The id given (parsed: InvalidInput when it is not a UUID), after checking that exactly
+    one of id and key was (``check_one``); None when the run is named by its key."""
+    check_one(workflow_id, key, key_name=key_name)
+    return None if workflow_id is None else workflow_uuid(workflow_id)
+
+
 def run_id(conn: psycopg.Connection[Any], workflow_id: UUID | None, key: str | None) -> UUID:
     """``workflow_id`` itself, or the id of the run submitted with idempotency key ``key`` (one
     index lookup: keys.runs). NotFound when no run has the key; InvalidState naming the runs
@@ -66,7 +76,18 @@ def run_id(conn: psycopg.Connection[Any], workflow_id: UUID | None, key: str | N
     if workflow_id is not None:
         return workflow_id
     assert key is not None, "check_one lets exactly one through"
-    found: list[UUID] = [r[0] for r in conn.execute(q("keys.runs"), {"key": key, "limit": NAMED + 1})]
+    return only_run(key, [r[0] for r in conn.execute(q("keys.runs"), runs_params(key))])
+
+
+def runs_params(key: str) -> dict[str, Any]:
+    """The parameters of ``keys.runs``, the lookup of the runs with idempotency key ``key``
+    (as many as an error names, and one more to tell that there are more)."""
+    return {"key": key, "limit": NAMED + 1}
+
+
+def only_run(key: str, found: list[UUID]) -> UUID:
+    """The one run that ``keys.runs`` found (``found``) for ``key``: NotFound when none,
+    InvalidState naming them when several share it."""
     if not found:
         raise NotFound(f"no workflow with idempotency key {shown(key)}")
     if len(found) > 1:
@@ -97,7 +118,14 @@ def prefix_params(conn: psycopg.Connection[Any], prefix: str | None) -> dict[str
     code point (keys.code_point_order), the range [prefix, successor), which holds exactly the
     keys that start with it there, so that the key's index serves the search."""
     if prefix is None:
-        return {"key_prefix": None, "key_ranged": False, "key_below": None}
+        return prefix_range(None, None)
     check_text(prefix, "the idempotency key prefix")
-    row = conn.execute(q("keys.code_point_order")).fetchone()
-    return {"key_prefix": prefix, "key_ranged": bool(row and row[0]), "key_below": successor(prefix)}
+    return prefix_range(prefix, conn.execute(q("keys.code_point_order")).fetchone())
+
+
+def prefix_range(prefix: str | None, order: tuple[Any, ...] | None) -> dict[str, Any]:
+    """``prefix_params`` of a prefix already checked, and the row ``keys.code_point_order``
+    read (None when there is no prefix, and nothing was read)."""
+    if prefix is None:
+        return {"key_prefix": None, "key_ranged": False, "key_below": None}
+    return {"key_prefix": prefix, "key_ranged": bool(order and order[0]), "key_below": successor(prefix)}

@@ -26,9 +26,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from wfctl import control, keys, reports, storedjson
-from wfctl.client import _connection, _errors
+from wfctl.client import _connection, database_errors
 from wfctl.control import Cancelled, Retried
-from wfctl.durations import duration
+from wfctl.durations import Duration, duration
 from wfctl.errors import InvalidState
 from wfctl.operations import WAITS
 from wfctl.queries import q
@@ -158,38 +158,34 @@ def _wait(found: Mapping[str, Any] | None) -> WaitStatus | None:
     )
 
 
-def _given(workflow_id: UUID | str | None, key: str | None) -> UUID | None:
-    """The id given (parsed), after checking that exactly one of id and key was."""
-    keys.check_one(workflow_id, key)
-    return None if workflow_id is None else keys.workflow_uuid(workflow_id)
-
-
 def _join_callers_transaction(conn: psycopg.Connection[Any]) -> None:
     """On a connection that is not in autocommit mode and has no transaction open, open the
     caller's (psycopg begins one before any statement), so that control's transaction is a
     savepoint of it and commits nothing: the caller commits, as after ``wfctl.submit``."""
-    if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+    if outside_callers_transaction(conn.autocommit, conn.info.transaction_status):
         conn.execute(q("operator.begin"))
 
 
-def get(
-    target: psycopg.Connection[Any] | str, id: UUID | str | None = None, *, key: str | None = None
-) -> RunStatus:
-    """The run named by ``id`` or by ``key``, the idempotency key it was submitted with
-    (exactly one of the two), as ``wfctl show`` reads it: its row, in one snapshot.
+# The pure parts of the calls, apart from their I/O (here, and wfctl.aio's).
 
-    :param target: a DSN, or a psycopg connection (read in its transaction when one is open).
-    :param id: the run's id, a ``uuid.UUID`` or its text.
-    :param key: the idempotency key it was submitted with.
-    :raises wfctl.NotFound: no run has that id or key.
-    :raises wfctl.InvalidState: several runs share the key (only the partitioned layout lets
-        that happen; the message names them); or the output is a value Python cannot read
-        (stored with plain SQL), as ``wfctl.result`` raises it.
-    :raises wfctl.InvalidInput: both ``id`` and ``key``, or neither; an id that is not a UUID.
-    """
-    given = _given(id, key)
-    with _connection(target) as conn, _errors():
-        row = reports.workflow_row(conn, given, key, json_loads=storedjson.loads)
+
+def outside_callers_transaction(autocommit: bool, status: TransactionStatus) -> bool:
+    """Whether a connection (its ``autocommit`` and ``info.transaction_status``) is to begin
+    the caller's transaction (``operator.begin``) before ``cancel`` or ``retry`` runs in a
+    savepoint of it: one not in autocommit mode that has none open."""
+    return not autocommit and status == TransactionStatus.IDLE
+
+
+def list_window(type: str | None, since: Duration | None) -> timedelta | None:
+    """Check ``list``'s ``type`` (InvalidInput) and return its ``since`` as a timedelta (the
+    other filters are ``reports.list_params``'s)."""
+    check_text(type, "type")
+    return None if since is None else duration(since, "since")
+
+
+def run_status(row: Mapping[str, Any]) -> RunStatus:
+    """The row ``reports.workflow_row`` read (its JSON decoded by ``storedjson.loads``) as a
+    RunStatus; InvalidState when its output is a value Python cannot read."""
     output = row["output_data"]
     unreadable = storedjson.reason(output)
     if unreadable is not None:
@@ -213,6 +209,43 @@ def get(
         updated_at=row["updated_at"],
         parent_id=row["parent_id"],
     )
+
+
+def run_summary(row: Mapping[str, Any]) -> RunSummary:
+    """A row of ``reports.list_workflows`` (with ``waiting_for``) as a RunSummary."""
+    return RunSummary(
+        id=row["id"],
+        workflow_type=row["workflow_type"],
+        status=row["status"],
+        attempt=row["attempt"],
+        current_step=row["current_step"],
+        wait=_wait(row["waiting_for"]),
+        error_message=row["error_message"],
+        idempotency_key=row["idempotency_key"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def get(
+    target: psycopg.Connection[Any] | str, id: UUID | str | None = None, *, key: str | None = None
+) -> RunStatus:
+    """The run named by ``id`` or by ``key``, the idempotency key it was submitted with
+    (exactly one of the two), as ``wfctl show`` reads it: its row, in one snapshot.
+
+    :param target: a DSN, or a psycopg connection (read in its transaction when one is open).
+    :param id: the run's id, a ``uuid.UUID`` or its text.
+    :param key: the idempotency key it was submitted with.
+    :raises wfctl.NotFound: no run has that id or key.
+    :raises wfctl.InvalidState: several runs share the key (only the partitioned layout lets
+        that happen; the message names them); or the output is a value Python cannot read
+        (stored with plain SQL), as ``wfctl.result`` raises it.
+    :raises wfctl.InvalidInput: both ``id`` and ``key``, or neither; an id that is not a UUID.
+    """
+    given = keys.given(id, key)
+    with _connection(target) as conn, database_errors():
+        return run_status(reports.workflow_row(conn, given, key, json_loads=storedjson.loads))
 
 
 def list(
@@ -239,28 +272,12 @@ def list(
     :raises wfctl.InvalidInput: a status that is not one, a ``since`` or ``limit`` out of
         range, a type or key that is not valid text.
     """
-    check_text(type, "type")
-    window = None if since is None else duration(since, "since")
-    with _connection(target) as conn, _errors():
+    window = list_window(type, since)
+    with _connection(target) as conn, database_errors():
         rows = reports.list_workflows(
             conn, status=status, workflow_type=type, since=window, limit=limit, key_prefix=key
         )
-    return [
-        RunSummary(
-            id=r["id"],
-            workflow_type=r["workflow_type"],
-            status=r["status"],
-            attempt=r["attempt"],
-            current_step=r["current_step"],
-            wait=_wait(r["waiting_for"]),
-            error_message=r["error_message"],
-            idempotency_key=r["idempotency_key"],
-            created_at=r["created_at"],
-            started_at=r["started_at"],
-            finished_at=r["finished_at"],
-        )
-        for r in rows
-    ]
+    return [run_summary(r) for r in rows]
 
 
 def cancel(
@@ -285,9 +302,9 @@ def cancel(
         nothing is done; or several runs share the key (the partitioned layout only).
     :raises wfctl.InvalidInput: both ``id`` and ``key``, or neither; a bad id or reason.
     """
-    given = _given(id, key)
+    given = keys.given(id, key)
     check_text(reason, "the reason")
-    with _connection(target) as conn, _errors():
+    with _connection(target) as conn, database_errors():
         wid = keys.run_id(conn, given, key)
         _join_callers_transaction(conn)
         return control.cancel(conn, wid, reason)
@@ -317,8 +334,8 @@ def retry(
     :raises wfctl.InvalidInput: both ``id`` and ``key``, or neither; a bad id; ``from_step``
         below 1.
     """
-    given = _given(id, key)
-    with _connection(target) as conn, _errors():
+    given = keys.given(id, key)
+    with _connection(target) as conn, database_errors():
         wid = keys.run_id(conn, given, key)
         _join_callers_transaction(conn)
         return control.retry(conn, wid, from_step)

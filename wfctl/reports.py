@@ -243,6 +243,27 @@ def list_workflows(
     with an idempotency key that starts with ``key_prefix`` (character for character); with
     ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says what
     it waits for (``waiting_for``, None when it is not parked)."""
+    params = list_params(
+        status=status, workflow_type=workflow_type, since=since, limit=limit, waiting=waiting
+    )
+    with _snapshot(conn):
+        params.update(keys.prefix_params(conn, key_prefix))
+        rows = listed(_rows(conn, "reports.list_workflows", params))
+        backlog = any(r["status"] == PENDING and not is_waiting(r) for r in rows)
+        served = live_types(conn) if backlog else set()
+    for row in rows:  # a pending run of a type no live worker runs: nobody will claim it now
+        row["no_live_worker"] = (
+            row["status"] == PENDING and not is_waiting(row) and row["workflow_type"] not in served
+        )
+    return rows
+
+
+def list_params(
+    *, status: str | None, workflow_type: str | None, since: timedelta | None, limit: int, waiting: bool
+) -> Row:
+    """Check the filters of a list (InvalidInput) and return the parameters of
+    ``reports.list_workflows`` but those of the key prefix (``keys.prefix_params``): what
+    ``list_workflows`` and ``wfctl.aio.list`` send."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
     if status is not None:
@@ -252,24 +273,19 @@ def list_workflows(
             f"--waiting lists parked workflows, which are {PENDING}: it cannot be combined with "
             f"--status {status}"
         )
-    params = {
+    return {
         "status": PENDING if waiting else status,
         "workflow_type": workflow_type,
         "since": _positive(since, "the window") if since is not None else None,
         "limit": limit,
         "waiting": waiting,
     }
-    with _snapshot(conn):
-        params.update(keys.prefix_params(conn, key_prefix))
-        rows = _rows(conn, "reports.list_workflows", params)
-        for row in rows:
-            waiting_for(row)
-        backlog = any(r["status"] == PENDING and not is_waiting(r) for r in rows)
-        served = live_types(conn) if backlog else set()
-    for row in rows:  # a pending run of a type no live worker runs: nobody will claim it now
-        row["no_live_worker"] = (
-            row["status"] == PENDING and not is_waiting(row) and row["workflow_type"] not in served
-        )
+
+
+def listed(rows: list[Row]) -> list[Row]:
+    """The rows of ``reports.list_workflows``, each with what it waits for (``waiting_for``)."""
+    for row in rows:
+        waiting_for(row)
     return rows
 
 
@@ -313,7 +329,12 @@ def workflow_row(
 
 
 def _workflow(conn: Conn, ident: UUID, json_loads: Callable[[str | bytes], Any] | None) -> Row:
-    found = _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads)
+    return found_workflow(ident, _rows(conn, "reports.workflow", {"id": ident}, json_loads=json_loads))
+
+
+def found_workflow(ident: UUID, found: list[Row]) -> Row:
+    """The row ``reports.workflow`` read for ``ident``, with what it waits for
+    (``waiting_for``); NotFound when there was none."""
     if not found:
         raise NotFound(f"no workflow with id {ident}")
     workflow = found[0]

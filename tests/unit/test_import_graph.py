@@ -1,6 +1,8 @@
 """wfctl's modules import one another without circles, and nothing below the CLI imports it.
 Arrows point down: ``wfctl.cli`` may import everything below it; only the
-entry point ``python -m wfctl`` (``wfctl.__main__``) imports ``wfctl.cli``.
+entry point ``python -m wfctl`` (``wfctl.__main__``) imports ``wfctl.cli``. What an application
+imports (``wfctl``, ``wfctl.aio``) reaches neither the CLI nor what only the CLI needs (Typer,
+Rich, Click): an asyncio service that imports ``wfctl.aio`` loads no command line.
 
 The graph is read from the source with ``ast``: every ``import`` and ``from ... import``, at
 module level and inside functions alike (a function-level import is there to load something
@@ -21,6 +23,8 @@ from helpers import HERE
 PACKAGE = HERE.parent / "wfctl"
 CLI = "wfctl.cli"
 ENTRY_POINTS = {"wfctl.__main__"}  # may import the CLI: they are above it
+LIBRARY = ("wfctl", "wfctl.aio")  # what applications import
+CLI_PACKAGES = frozenset({"typer", "rich", "click"})  # what only the CLI may import
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -120,6 +124,43 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     )
 
 
+def third_party(source: str) -> set[str]:
+    """The top-level packages outside wfctl that ``source`` imports anywhere (absolute imports)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"wfctl"}
+
+
+def reached(graph: dict[str, set[str]], start: str, seen: set[str] | None = None) -> set[str]:
+    """``start`` and every module importing it loads: what it imports, and so on, with the
+    parent packages of each (importing ``wfctl.aio`` runs ``wfctl/__init__.py`` first).
+    Recursion depth: at most the number of modules."""
+    seen = set() if seen is None else seen
+    if start in graph and start not in seen:
+        seen.add(start)
+        parts = start.split(".")
+        for name in [*(".".join(parts[:n]) for n in range(1, len(parts))), *sorted(graph[start])]:
+            reached(graph, name, seen)
+    return seen
+
+
+def cli_reached_from(start: str, root: Path = PACKAGE) -> list[str]:
+    """How importing ``start`` would load the CLI or a package only the CLI needs."""
+    found = []
+    for name in sorted(reached(import_graph(root), start)):
+        if name == CLI or name.startswith(CLI + "."):
+            found.append(f"{start} reaches {name}")
+        path = root.parent.joinpath(*name.split("."))
+        source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        packages = third_party(source.read_text(encoding="utf-8")) & CLI_PACKAGES
+        found.extend(f"{name} imports {package}" for package in sorted(packages))
+    return found
+
+
 # -- the checker on small packages first: one that cannot fail does not pass -------------------
 
 
@@ -184,6 +225,45 @@ def test_the_checker_finds_an_import_of_the_cli(tmp_path):
     assert upward_imports(import_graph(package)) == ["wfctl.a imports wfctl.cli.render"]
 
 
+CLI_REACHED = {
+    "a function's import of Rich, two arrows away": (
+        "wfctl.a",
+        {"a.py": "from wfctl import b\n", "b.py": "def f():\n    import rich.console\n"},
+        ["wfctl.b imports rich"],
+    ),
+    "the CLI": (
+        "wfctl.a",
+        {"a.py": "from wfctl.cli.render import line\n", "cli/render.py": "import typer\n"},
+        ["wfctl.a reaches wfctl.cli", "wfctl.a reaches wfctl.cli.render", "wfctl.cli.render imports typer"],
+    ),
+    "the parent package": (
+        "wfctl.sub.a",
+        {"sub/__init__.py": "from typer import Typer\n", "sub/a.py": "import os\n"},
+        ["wfctl.sub imports typer"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLI_REACHED))
+def test_the_checker_finds_the_cli_reached_from_the_library(tmp_path, name):
+    start, files, expected = CLI_REACHED[name]
+    assert cli_reached_from(start, write_package(tmp_path, files)) == expected
+
+
+def test_the_checker_accepts_a_library_that_leaves_the_cli_alone(tmp_path):
+    package = write_package(
+        tmp_path,
+        {
+            "a.py": "import asyncio\nimport psycopg\nfrom wfctl import b\n",
+            "b.py": "from psycopg import sql\nfrom . import c\n",
+            "c.py": "import json\n",
+            "cli/app.py": "import typer\nfrom rich.console import Console\nfrom wfctl import a\n",
+        },
+    )
+    assert cli_reached_from("wfctl.a", package) == []
+    assert "wfctl.cli.app imports typer" in cli_reached_from("wfctl.cli.app", package)
+
+
 # -- the package -------------------------------------------------------------------------------
 
 
@@ -203,3 +283,9 @@ def test_no_import_circles():
 
 def test_nothing_below_the_cli_imports_it():
     assert upward_imports(import_graph()) == []
+
+
+@pytest.mark.parametrize("start", LIBRARY)
+def test_the_library_loads_no_command_line(start):
+    assert "wfctl.aio" in import_graph()
+    assert cli_reached_from(start) == []

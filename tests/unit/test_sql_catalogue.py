@@ -10,7 +10,8 @@ the values assigned to a name (in the function, else in the module), the items o
 that function in the same file passes there (``reports._rows(conn, "reports.stuck", ...)``),
 or the column of its ``pytest.mark.parametrize`` table; an attribute ``<description>.block``,
 to the ``block=`` literals of every ``Operation(...)`` of the same files (wfctl/operations.py
-describes each coordination step, its block among the rest). An argument that cannot be
+describes each coordination step, its block among the rest) and the ``block = "..."`` of every
+class body there (wfctl/coordination.py's waits name the block that reads them so). An argument that cannot be
 followed fails the test: the catalogue is closed only while every name is visible.
 
 A block counts as used when the package asks for it. One that only the tests or the benchmark
@@ -37,7 +38,8 @@ OTHERS = (ROOT / "bench", ROOT / "tests")
 #: arguments are block names)
 QUERY_FUNCTIONS = {"q": 1, "composed": 1, "spliced": 2}
 LOADER = PACKAGE / "queries.py"  # defines them: composed and spliced pass their caller's names on
-#: wfctl.operations: ``Operation(..., block="worker.recv")``, run as ``q(<description>.block)``
+#: wfctl.operations: ``Operation(..., block="worker.recv")``, run as ``q(<description>.block)``;
+#: wfctl.coordination: ``class ResultWait(Wait): block = "coordination.outcome"``, the same way
 DESCRIPTION, DESCRIBED_FIELD = "Operation", "block"
 
 #: Blocks the package does not run, kept for the tests or the benchmark, and why.
@@ -101,10 +103,15 @@ def _names(module: _Module, node: ast.expr, scope: ast.AST, depth: int = 0) -> s
 
 
 def described_blocks(files: Files) -> frozenset[str]:
-    """The ``block=`` literals of every ``Operation(...)`` call in ``files``."""
+    """The ``block=`` literals of every ``Operation(...)`` call in ``files``, and the ``block``
+    literals that class bodies assign."""
     found: set[str] = set()
     for filename, source in files.items():
-        for call in _Module(source, filename).calls():
+        module = _Module(source, filename)
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ClassDef):
+                found |= _class_blocks(node, filename)
+        for call in module.calls():
             if _called_name(call) != DESCRIPTION:
                 continue
             for keyword in call.keywords:
@@ -113,6 +120,23 @@ def described_blocks(files: Files) -> frozenset[str]:
                         raise AssertionError(f"{filename}: {DESCRIPTION}(block=...) must be a literal")
                     found.add(keyword.value.value)
     return frozenset(found)
+
+
+def _class_blocks(node: ast.ClassDef, filename: str) -> set[str]:
+    """What the body of class ``node`` assigns to ``block`` (a literal, or the test fails)."""
+    found: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, ast.Assign):
+            targets, value = statement.targets, statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            targets, value = [statement.target], statement.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == DESCRIBED_FIELD for t in targets):
+            if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                raise AssertionError(f"{filename}: class {node.name}: {DESCRIBED_FIELD} must be a literal")
+            found.add(value.value)
+    return found
 
 
 def _items(module: _Module, node: ast.expr, scope: ast.AST, depth: int) -> set[str]:
@@ -369,6 +393,26 @@ def test_the_checker_follows_the_blocks_of_the_operation_descriptions():
     assert unused == ["the block 'worker.join' is not used by the package: remove it"]
     missing = catalogue_problems(blocks - {"worker.recv"}, package, PLANTED_TESTS)
     assert len(missing) == 1 and "asks for 'worker.recv'" in missing[0], missing
+
+
+WAITS = {
+    "wfctl/waits.py": (
+        'class Wait:\n    block: str\n\nclass Stuck(Wait):\n    block = "reports.stuck"\n\n'
+        'class Slow(Wait):\n    block: str = "reports.slow"\n\n'
+        "def read(conn, wait):\n    return conn.execute(q(wait.block))\n"
+    )
+}
+
+
+def test_the_checker_follows_the_blocks_that_classes_name():
+    package = {**PLANTED_PACKAGE, **WAITS}
+    blocks = PLANTED_BLOCKS | {"reports.slow"}
+    assert catalogue_problems(blocks, package, PLANTED_TESTS) == []
+    missing = catalogue_problems(PLANTED_BLOCKS, package, PLANTED_TESTS)
+    assert len(missing) == 1 and "asks for 'reports.slow'" in missing[0], missing
+    computed = {"wfctl/w.py": 'class W:\n    block = "reports." + "stuck"\n'}
+    with pytest.raises(AssertionError, match="class W: block must be a literal"):
+        catalogue_problems(PLANTED_BLOCKS, {**PLANTED_PACKAGE, **computed}, PLANTED_TESTS)
 
 
 @pytest.mark.parametrize(

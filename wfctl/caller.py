@@ -61,13 +61,13 @@ class Caller:
         """``fn(*args, **kwargs)``, within ``options.timeout``: its result, or its exception, or
         ``StepTimeout`` once the timeout has passed."""
         timeout = options.timeout
-        if inspect.iscoroutinefunction(fn):
-            return self._await(fn(*args, **kwargs), timeout, name, options)
-        if timeout is None:
+        if timeout is None:  # every step without a timeout: called here, at no cost
             result = fn(*args, **kwargs)
-            if inspect.iscoroutine(result):  # a plain callable that returned a coroutine
+            if inspect.iscoroutine(result):  # an ``async def`` function, or one returning a coroutine
                 return self._await(result, None, name, options)
             return result
+        if inspect.iscoroutinefunction(fn):
+            return self._await(fn(*args, **kwargs), timeout, name, options)
         return self._in_thread(name, fn, args, kwargs, timeout, options)
 
     def _in_thread(

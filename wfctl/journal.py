@@ -62,7 +62,9 @@ class Journal(Protocol):
         reached that point, and a replay must meet the same wait there."""
 
     def boundary(self) -> None:
-        """Called before a new step starts; raises Released or Lost to stop the run here."""
+        """Called before every new step, wait or marker is taken (nothing is written for a run
+        without it): stores the failure a ``fail_step`` left pending, the workflow having gone
+        past it; raises Released or Lost to stop the run here."""
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
         """Store step ``number``'s result (its function's try ``tries`` returned it) durably. It

@@ -70,7 +70,6 @@ class MemoryJournal:
             self.steps[failed.number] = failed
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
-        self._keep_failed()
         self.steps[number] = RecordedStep(number, name, json.loads(output_json), tries=tries)
 
     def fail_step(
@@ -97,7 +96,6 @@ class MemoryJournal:
         if delay <= SHORT_BACKOFF:
             self.backoffs.append(delay)
             return
-        self._keep_failed()
         due = self.now() + timedelta(seconds=delay)
         self.steps[number] = RecordedStep(
             number, name, None, retrying=dataclasses.replace(retrying, next_at=due), tries=retrying.tries
@@ -106,7 +104,6 @@ class MemoryJournal:
         raise Parked(due, next_try(name, retrying.tries))
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
-        self._keep_failed()
         self.steps[number] = RecordedStep(number, name, json.loads(output_json))
         self.parked_until = wake_at
 
@@ -117,13 +114,11 @@ class MemoryJournal:
         return self.clock()
 
     def transaction(self, number: int, name: str, fn: Callable[[Any], str], tries: int = 1) -> Any:
-        self._keep_failed()
         output = json.loads(fn(self.connection))
         self.steps[number] = RecordedStep(number, name, output, tries=tries)
         return output
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
-        self._keep_failed()
         play = _PLAYS.get(operation(op).op)
         if play is None:
             raise ValueError(f"MemoryJournal cannot play coordination step {op!s}")

@@ -197,7 +197,6 @@ class Execution:
     def transaction(self, number: int, name: str, fn: Callable[[Any], str], tries: int = 1) -> Any:
         """A transactional step (wfctl/worker/transactions.py): ``fn`` and the checkpoint in one
         transaction on a pooled connection, fenced by this execution's epoch."""
-        self._keep_handled()
         self._settle()
         if self._transactions is None:
             raise RuntimeError("this worker has no connection pool for transactional steps")
@@ -221,7 +220,6 @@ class Execution:
 
     def coordinate(self, op: Op, number: int, name: str, params: dict[str, Any]) -> Any:
         """Run a coordination step in the database (wfctl/worker/calls.py) and wait for it."""
-        self._keep_handled()
         self._settle()
         c = self.claimed
         described = operation(op)
@@ -271,7 +269,6 @@ class Execution:
     def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
         if self.lost:
             raise Lost()
-        self._keep_handled()
         step = self._request(
             "step", step=number, name=name, output=output_json, started=started_at, tries=tries
         )
@@ -368,7 +365,9 @@ class Execution:
 
     def _keep_handled(self) -> None:
         """The workflow went past a step whose StepError it caught: that failure is now its
-        history, checkpointed before anything it does next."""
+        history, checkpointed before anything it does next. Called by ``boundary`` (the Context
+        calls it before every new step, wait or marker), before a final write, and before the
+        completion."""
         handled, self._handled = self._handled, None
         if handled is not None:
             self._checkpoint(handled)
@@ -383,7 +382,6 @@ class Execution:
         self._last_step = request.step
 
     def park(self, number: int, name: str, output_json: str, wake_at: datetime) -> None:
-        self._keep_handled()
         self._settle()
         if not self._write(
             "park",
@@ -398,7 +396,6 @@ class Execution:
         self._last_step = number
 
     def repark(self, wake_at: datetime) -> None:
-        self._keep_handled()
         self._settle()
         if not self._write("park", wake=wake_at, terminal=True):
             raise Lost()

@@ -43,8 +43,9 @@ from helpers import (
 )
 from typer.testing import CliRunner
 
-from wfctl import partitions, schema
+from wfctl import embedded_proc, partitions, schema
 from wfctl.cli.app import app
+from wfctl.embedded import SERVER_USER
 from wfctl.queries import composed
 
 # Fixtures that a topic's tests in two tiers share (tests/support).
@@ -85,6 +86,11 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     workerinput = getattr(config, "workerinput", None)
+    if workerinput is None and os.geteuid() == 0:
+        # As root, the embedded servers run as a system user made on first use. Made here, once,
+        # before any xdist worker starts: never by two workers at once, nor while a test adds
+        # and removes a user of its own (the user database is rewritten whole each time).
+        embedded_proc.ensure_user(SERVER_USER)
     if workerinput is not None:
         for name, value in workerinput["wfctl_terminal_env"].items():
             if value is None:

@@ -33,7 +33,7 @@ from wfctl.journal import (
 from wfctl.operations import WAIT_STEP, Op, operation, recv_step_name
 from wfctl.steps import StepOptions, options_of
 from wfctl.testing import MemoryJournal
-from wfctl.tries import Tried, failure_of, run_tries
+from wfctl.tries import failure_of, next_delay, tries_before
 from wfctl.words import COMPLETED
 
 __all__ = [
@@ -110,17 +110,14 @@ class Context:
         refused = _step_name_problem(name)
         if refused is not None:  # the database would refuse its checkpoint: do not run it
             raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), started)
-        tried = self._tries(
-            number,
-            name,
-            options,
-            lambda _try: self._journal.call(name, fn, args, kwargs, options),
-            stored,
-            started,
-        )
-        if tried.error is not None:
-            raise self._failed(number, name, tried.error, started, tried.tries) from tried.error
-        result = tried.result
+        made = tries_before(stored, self.attempt)
+        while True:  # the tries: the first one returns, as a rule
+            made += 1
+            try:
+                result = self._journal.call(name, fn, args, kwargs, options)
+                break
+            except Exception as raised:
+                self._failed_try(number, name, options, raised, made, started)
         try:
             encoded = jsonvalue.dumps(result)
         except jsonvalue.UnstorableJSON as exc:
@@ -129,35 +126,26 @@ class Context:
                 f"that cannot be stored as JSON ({exc})"
             )
             raise StepFailed(number, name, error, started) from exc
-        self._journal.record(number, name, encoded, started, tried.tries)
+        self._journal.record(number, name, encoded, started, made)
         return cast(T, json.loads(encoded))  # untyped JSON: the result as a replay will return it
 
-    def _tries(
-        self,
-        number: int,
-        name: str,
-        options: StepOptions,
-        once: Callable[[int], Any],
-        stored: RecordedStep | None,
-        started: datetime,
-    ) -> Tried:
-        """Step ``number``'s tries (wfctl/tries.py), going on from the tries this attempt made
-        before the run parked for the next one (``stored``: a ``retrying`` record)."""
-        return run_tries(
-            once,
-            options,
-            attempt=self.attempt,
-            before=stored.retrying if stored is not None else None,
-            retryable=self._retryable,
-            retry_later=lambda retrying, delay: self._journal.retry_later(
-                number, name, retrying, delay, started
-            ),
-        )
+    def _failed_try(
+        self, number: int, name: str, options: StepOptions, error: Exception, made: int, started: datetime
+    ) -> None:
+        """Try ``made`` of step ``number`` raised ``error``. Return when the next try is due (a
+        short backoff waited where the step runs); raise Parked when the run parks until then
+        (a long one: the journal keeps the count for the next execution, see wfctl/tries.py),
+        or the StepError the workflow gets when no try is left."""
+        delay = next_delay(made, options, self._retryable(error))
+        if delay is None:
+            raise self._failed(number, name, error, started, made) from error
+        retrying = Retrying(made, failure_of(error), self.attempt)
+        self._journal.retry_later(number, name, retrying, delay, started)
 
     def _retryable(self, error: Exception) -> bool:
         """A failed try is tried again unless it raised a ``PermanentError`` or a type the
-        workflow's ``dont_retry`` names (or a result that is no JSON: a bug)."""
-        return not isinstance(error, (PermanentError, _Unstorable, *self._dont_retry))
+        workflow's ``dont_retry`` names."""
+        return not isinstance(error, (PermanentError, *self._dont_retry))
 
     def sleep(self, duration: str | float | timedelta) -> None:
         """Sleep durably: the wake time is checkpointed and the worker slot is freed; the
@@ -226,19 +214,15 @@ class Context:
 
         # each try: fn and the checkpoint in one transaction (fn raised: nothing was committed);
         # the journal gives the stored JSON value, untyped: fn's result as a replay returns it
-        tried = self._tries(
-            number,
-            name,
-            options,
-            lambda made: self._journal.transaction(number, name, call, made),
-            stored,
-            started,
-        )
-        if isinstance(tried.error, _Unstorable):  # a bug, as for ctx.step: the attempt fails
-            raise StepFailed(number, name, tried.error, started) from tried.error
-        if tried.error is not None:
-            raise self._failed(number, name, tried.error, started, tried.tries) from tried.error
-        return cast(T, tried.result)
+        made = tries_before(stored, self.attempt)
+        while True:
+            made += 1
+            try:
+                return cast(T, self._journal.transaction(number, name, call, made))
+            except _Unstorable as error:  # a bug, as for ctx.step: the attempt fails
+                raise StepFailed(number, name, error, started) from error
+            except Exception as error:
+                self._failed_try(number, name, options, error, made, started)
 
     def _failed(
         self, number: int, name: str, error: Exception, started: datetime, tries: int = 1

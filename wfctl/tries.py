@@ -1,5 +1,7 @@
 """The tries of one step (``@wfctl.step(retries=...)``): try, and after a failure that may be
-retried, back off and try again, until a try succeeds or none is left.
+retried, back off and try again, until a try succeeds or none is left. The loop is the
+Context's (``Context.step``, ``Context.transaction``: a try costs nothing more than the call
+when it succeeds); what it counts from and how long it waits between tries are here.
 
 Where a backoff is spent is the journal's business (``Journal.retry_later``): up to
 ``SHORT_BACKOFF`` it waits where the step runs (the worker's thread, watching its stop and the
@@ -9,11 +11,7 @@ lease every ``WAIT_SLICE``); a longer one parks the run with a durable record of
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from wfctl.journal import HandledFailure, Retrying
+from wfctl.journal import HandledFailure, RecordedStep
 from wfctl.steps import StepOptions
 from wfctl.worker.retry import backoff
 
@@ -23,16 +21,6 @@ from wfctl.worker.retry import backoff
 SHORT_BACKOFF = 2.0
 #: Seconds between two looks at the worker's stop and the lease during a short backoff.
 WAIT_SLICE = 0.2
-
-
-@dataclass(frozen=True)
-class Tried:
-    """How a step's tries ended: ``result`` of the last try, or ``error`` (no try left, or one
-    not to retry), after ``tries`` tries in this attempt (those of a parked record included)."""
-
-    result: Any
-    error: Exception | None
-    tries: int
 
 
 def next_try(name: str, tries: int) -> str:
@@ -45,26 +33,18 @@ def failure_of(error: BaseException) -> HandledFailure:
     return HandledFailure(type(error).__name__, str(error))
 
 
-def run_tries(
-    once: Callable[[int], Any],
-    options: StepOptions,
-    *,
-    attempt: int,
-    before: Retrying | None,
-    retryable: Callable[[Exception], bool],
-    retry_later: Callable[[Retrying, float], None],
-) -> Tried:
-    """Call ``once(try_number)`` until it returns, or raises an error that is not ``retryable``,
-    or the last of ``1 + options.retries`` tries has failed. ``before``: the record of the tries
-    this ``attempt`` made before the run parked (``retry_later`` parks it again, or waits).
-    Exceptions that are not ``Exception`` (the journal's control flow) go through at once."""
-    made = before.tries if before is not None and before.attempt == attempt else 0
-    while True:
-        made += 1
-        try:
-            return Tried(once(made), None, made)
-        except Exception as error:
-            if not retryable(error) or made > options.retries:
-                return Tried(None, error, made)
-            delay = backoff(made, options.retry_base, options.retry_cap)
-            retry_later(Retrying(made, failure_of(error), attempt), delay)
+def tries_before(stored: RecordedStep | None, attempt: int) -> int:
+    """The tries of a step that ``attempt`` made before the run parked for the next one
+    (``stored``: the step's ``retrying`` record, if any): the count goes on from there. A record
+    of an earlier attempt counts for nothing: a new attempt gives the step all its tries again."""
+    retrying = stored.retrying if stored is not None else None
+    return retrying.tries if retrying is not None and retrying.attempt == attempt else 0
+
+
+def next_delay(made: int, options: StepOptions, retryable: bool) -> float | None:
+    """Try ``made`` of a step failed (``retryable``: with an error that may be tried again):
+    seconds to wait before the next try, or None when there is none (the error is not to be
+    retried, or that was try ``1 + options.retries``)."""
+    if not retryable or made > options.retries:
+        return None
+    return backoff(made, options.retry_base, options.retry_cap)

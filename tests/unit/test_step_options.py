@@ -23,7 +23,7 @@ from wfctl.errors import StepTimeout
 from wfctl.journal import HandledFailure, RecordedStep, Retrying
 from wfctl.steps import DEFAULT, StepOptions, options_of
 from wfctl.testing import MemoryJournal
-from wfctl.tries import SHORT_BACKOFF, run_tries
+from wfctl.tries import SHORT_BACKOFF, next_delay, tries_before
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -160,27 +160,36 @@ def test_permanent_errors_and_dont_retry_types_are_not_tried_again(error):
     assert charge.calls == 1 and journal.backoffs == []
 
 
-def test_the_loop_counts_on_from_a_record_of_the_same_attempt_only():
-    options = StepOptions(retries=3, retry_base=timedelta(milliseconds=1))
-    calls: list[int] = []
-
-    def once(made: int) -> None:
-        calls.append(made)
-        raise ValueError("no")
-
-    before = Retrying(2, HandledFailure("ValueError", "no"), attempt=1)
-    same = run_tries(once, options, attempt=1, before=before, retryable=bool, retry_later=lambda r, d: None)
-    assert (calls, same.tries, str(same.error)) == ([3, 4], 4, "no")
-    calls.clear()
-    later = run_tries(once, options, attempt=2, before=before, retryable=bool, retry_later=lambda r, d: None)
-    assert (calls, later.tries) == ([1, 2, 3, 4], 4)
-    calls.clear()  # a record with more tries than the options allow now: one try still
-    many = Retrying(9, HandledFailure("ValueError", "no"), attempt=1)
-    assert (
-        run_tries(once, options, attempt=1, before=many, retryable=bool, retry_later=lambda r, d: None).tries
-        == 10
+def test_the_count_goes_on_from_a_record_of_the_same_attempt_only():
+    record = RecordedStep(
+        1, "charge", None, retrying=Retrying(2, HandledFailure("ValueError", "no"), attempt=1)
     )
-    assert calls == [10]
+    assert tries_before(record, 1) == 2
+    assert tries_before(record, 2) == 0  # a new attempt gives the step all its tries again
+    assert tries_before(None, 1) == 0
+    assert tries_before(RecordedStep(1, "charge", "done"), 1) == 0
+
+
+def test_a_failed_try_is_followed_by_another_while_one_is_left_and_the_error_allows():
+    options = StepOptions(retries=3, retry_base=timedelta(milliseconds=100), retry_cap=timedelta(seconds=1))
+    delays = [next_delay(made, options, retryable=True) for made in (1, 2, 3, 4)]
+    assert delays[3] is None  # try 4 was the last of 1 + 3
+    bounds = [(0.05, 0.1), (0.1, 0.2), (0.2, 0.4)]  # base * 2**(try-1), with equal jitter
+    assert all(d is not None and low <= d <= high for d, (low, high) in zip(delays, bounds, strict=False))
+    assert next_delay(1, options, retryable=False) is None
+    many = StepOptions(retries=3)
+    assert next_delay(10, many, retryable=True) is None  # a record past what the options allow now
+
+
+def test_a_record_with_more_tries_than_the_options_allow_now_gets_one_more_try():
+    charge = wfctl.step(retries=3, retry_base="1ms")(Flaky(99))
+    journal = journal_at()
+    journal.steps[1] = RecordedStep(
+        1, "charge", None, retrying=Retrying(9, HandledFailure("E", "no"), attempt=1)
+    )
+    with pytest.raises(wfctl.StepError):
+        ctx_of(journal).step("charge", charge, "A-1")
+    assert charge.calls == 1 and journal.failed_step is not None and journal.failed_step.tries == 10
 
 
 # -- a long backoff parks ------------------------------------------------------------------------

@@ -13,6 +13,15 @@ Kinds:
 - ``saga``: raises ``RuntimeError`` every time; the workflow catches the ``wfctl.StepError`` and
   runs an ``undo`` step: two step numbers (the handled failure, then the undo), and the item's
   output is the undo's;
+- ``flaky``: a step with tries of its own (``@wfctl.step(retries=2)``, a short backoff waited in
+  place): a try fails while the step's tries so far, over every attempt and worker, number at
+  most ``arg`` (1: the second try succeeds; 4: the attempt uses its three tries and fails, the
+  next attempt's second try succeeds);
+- ``parked``: ``@wfctl.step(retries=1)`` with a backoff over 2s: its first try ever fails and the
+  run parks until the next one (the count is stored with the run);
+- ``slowtry``: ``@wfctl.step(retries=1, timeout="300ms")``: its first try ever takes 1.2s, so
+  the worker stops waiting for it and counts a failed try (the call runs on, its result thrown
+  away); the second try returns at once;
 - ``gate``: blocks until the file ``$WFCTL_SF_GATES/<workflow id>`` (or ``$WFCTL_SF_GATES/ALL``)
   exists, so the test can hold one specific run inside a step and release it; with an ``arg``
   k > 0, the file ``<workflow id>-k`` opens this gate alone (the others of the run stay shut);
@@ -36,7 +45,9 @@ Every step function first appends one line
 
 to ``$WFCTL_SF_LOG`` (one ``write(2)`` on an ``O_APPEND`` descriptor: whole lines only, even
 from many threads and processes, even under SIGKILL), then does what its kind says and returns
-the nonce, which becomes the step's checkpoint: a stored output names the very execution that
+the nonce (a try of ``flaky``, ``parked`` and ``slowtry`` also appends one byte to
+``$WFCTL_SF_LOG.tries-<workflow id>-<step number>``, whose size is then the step's tries so
+far), which becomes the step's checkpoint: a stored output names the very execution that
 produced it (the time and the worker's process id let the test judge the step against the
 run's deadline and the worker's pauses). The workflow returns ``{"outputs": [...]}``, one
 output per item (``None`` for a sleep), as the context handed them back.
@@ -112,7 +123,50 @@ def run_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: An
     if kind == "gate":
         while not gate_open(wid, arg):
             time.sleep(0.01)
+    if kind in STEP_TRIES:
+        made = count_try(wid, number)
+        if kind == "flaky" and made <= arg:
+            raise RuntimeError(f"try {made} of step {number} fails")
+        if kind == "parked" and made == 1:
+            raise RuntimeError(f"try 1 of step {number} fails; the next is a while off")
+        if kind == "slowtry" and made == 1:
+            time.sleep(SLOW_TRY)
     return nonce
+
+
+def count_try(wid: str, number: int) -> int:
+    """Count one more try of step ``number`` of run ``wid``: the tries so far, this one
+    included (one byte per try, appended: whole, from any thread or process)."""
+    path = f"{os.environ['WFCTL_SF_LOG']}.tries-{wid}-{number}"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b".")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+SLOW_TRY = 1.2  # seconds the first try of a ``slowtry`` step takes, past its timeout
+# the tries a step of each kind gets in one attempt (retries + 1); every other kind gets one
+STEP_TRIES = {"flaky": 3, "parked": 2, "slowtry": 2}
+
+
+@wfctl.step(retries=STEP_TRIES["flaky"] - 1, retry_base="20ms", retry_cap="50ms")
+def flaky_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
+    return run_step(wid, number, kind, attempt, epoch, arg)
+
+
+@wfctl.step(retries=STEP_TRIES["parked"] - 1, retry_base="4400ms", retry_cap="4400ms")
+def parked_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
+    return run_step(wid, number, kind, attempt, epoch, arg)
+
+
+@wfctl.step(retries=STEP_TRIES["slowtry"] - 1, retry_base="20ms", timeout="300ms")
+def slow_step(wid: str, number: int, kind: str, attempt: int, epoch: str, arg: Any) -> str:
+    return run_step(wid, number, kind, attempt, epoch, arg)
+
+
+STEP_FUNCTIONS = {"flaky": flaky_step, "parked": parked_step, "slowtry": slow_step}
 
 
 EVENT_KEY = "progress"
@@ -184,5 +238,6 @@ def run_items(ctx: wfctl.Context, data: dict[str, Any]) -> dict[str, Any]:
                 outputs.append({"caught": exc.workflow_id, "status": exc.status})
         else:
             name = f"s{number}-{kind}" + ("-" + "x" * 200 if kind == "long" else "")
-            outputs.append(ctx.step(name, run_step, wid, number, kind, ctx.attempt, epoch, arg))
+            fn = STEP_FUNCTIONS.get(kind, run_step)
+            outputs.append(ctx.step(name, fn, wid, number, kind, ctx.attempt, epoch, arg))
     return {"outputs": outputs}

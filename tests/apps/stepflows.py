@@ -80,6 +80,12 @@ def hang(wid: str) -> str:
     return "late"
 
 
+@wfctl.step(retries=2, retry_base="2s", retry_cap="2s", timeout="300ms")
+def hang_then_charge(wid: str) -> str:
+    """``hang`` with tries: a try past 300 ms is abandoned and tried again after 1 to 2 s."""
+    return hang(wid)
+
+
 @wfctl.step(timeout="300ms")
 async def hang_async(wid: str) -> str:
     _record(f"{wid} hang")
@@ -135,6 +141,11 @@ def _caught(ctx: wfctl.Context, fn: Any) -> Any:
 @wfctl.workflow("hang-once", max_retries=0)
 def hang_once(ctx: wfctl.Context, data: Any) -> Any:
     return _caught(ctx, hang)
+
+
+@wfctl.workflow("hang-then-charge", max_retries=2, retry_base=0.02, retry_cap=0.05)
+def hang_then_charge_flow(ctx: wfctl.Context, data: Any) -> Any:
+    return ctx.step("charge", hang_then_charge, str(ctx.workflow_id))
 
 
 @wfctl.workflow("hang-async", max_retries=0)

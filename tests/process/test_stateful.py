@@ -19,7 +19,10 @@ and the CLI (``wfctl submit / cancel / retry [--from-step N] / recover --stale X
   claimed). Its 1-4 steps each succeed,
   raise, ``sys.exit``, raise another ``BaseException``, sleep durably (200ms, 500ms, 2s), hang on
   a gate file of their own, have a name the database would refuse, fail and be undone (a saga:
-  the workflow catches the ``StepError`` and runs an undo step), or coordinate: ``ctx.recv``
+  the workflow catches the ``StepError`` and runs an undo step), have tries of their own
+  (``@wfctl.step`` options: failing once or past their attempt's three tries with a short
+  backoff, failing once with a backoff that parks the run, or outliving a 300ms timeout once),
+  or coordinate: ``ctx.recv``
   on topic t0 or t1 (without a timeout, or 300ms, 1s), ``ctx.set_event("progress", n)``, or
   ``ctx.start_child`` of 1-3 short children (which succeed, fail once or for good, sleep, wait
   300ms for a message or publish an event; one step each, or all in one ``ctx.start_children``
@@ -105,7 +108,10 @@ Invariants, after every rule (cheap: one look at the tables, the audit and the l
 
 2. a step function runs at most once per lease epoch, and at most once per (retry generation,
    attempt): it runs again only in an attempt that counts (a failed step, a recovered run) or
-   after ``wfctl retry`` (the generation is the number of retries before its epoch); and a
+   after ``wfctl retry`` (the generation is the number of retries before its epoch); a step with
+   tries of its own (``@wfctl.step(retries=r)``) runs at most r + 1 times in both, across the
+   executions of one attempt (a parked backoff goes on counting), and a completed checkpoint
+   counts the tries of its attempt; and a
    running workflow is handed back to pending without a counted attempt (``run_at = now()``)
    no more often than the connection losses of the example explain (a claim whose reply was
    lost), so a run that loops without executing anything is caught too;
@@ -313,6 +319,8 @@ CAPPED = "sf-capped"  # the same workflow under a concurrency limit declared in 
 CAPPED_CONCURRENCY = 2  # tests/apps/statefulflows.py CAPPED_CONCURRENCY
 CODE_LIMITS: dict[str, dict[str, Any]] = {TYPE: {}, CAPPED: {"concurrency": CAPPED_CONCURRENCY}}
 POLICY = 2  # the types' max_retries (tests/apps/statefulflows.py POLICY_MAX_RETRIES)
+# the tries a step of each kind gets in one attempt (tests/apps/statefulflows.py STEP_TRIES)
+STEP_TRIES = {"flaky": 3, "parked": 2, "slowtry": 2}
 TERMINAL = ("completed", "failed", "cancelled")
 HEARTBEAT = "200ms"
 POLL = "100ms"
@@ -617,6 +625,8 @@ STEP = st.one_of(
     st.tuples(st.just("sleep"), st.sampled_from(["200ms", "500ms", "2s"])).map(list),
     st.just(["long", 0]),
     st.just(["saga", 0]),
+    st.tuples(st.just("flaky"), st.sampled_from([1, 4])).map(list),
+    st.sampled_from([["parked", 0], ["slowtry", 0]]),
     COORD_STEP,
 )
 SPEC = st.lists(STEP, min_size=1, max_size=4)
@@ -2189,7 +2199,8 @@ class StatefulEngine(RuleBasedStateMachine):
             "  AND jsonb_typeof(o) = 'object' AND o ? 'caught'"
             " UNION ALL SELECT 'events_set', count(*) FROM workflow_events"
             " UNION ALL SELECT 'patches_taken', count(*) FROM workflow_steps WHERE step_name = %(marker)s"
-            " UNION ALL SELECT 'failures_handled', count(*) FROM workflow_steps WHERE status = 'handled'",
+            " UNION ALL SELECT 'failures_handled', count(*) FROM workflow_steps WHERE status = 'handled'"
+            " UNION ALL SELECT 'steps_tried_again', count(*) FROM workflow_steps WHERE tries > 1",
             {"marker": PATCH_MARKER},
         ):
             figures[name] += count
@@ -2304,19 +2315,21 @@ def generations(audit_wf: list[tuple]) -> dict[str, list[int]]:
 def check_executions(
     effects: list[Effect], audit_wf: list[tuple], stopped: frozenset[tuple[str, int]] = frozenset()
 ) -> None:
-    """Invariant 2: at most one execution of a step per epoch, and per (generation, attempt).
-    ``stopped``: the leases (run, epoch) a deploy's SIGTERM ended while they ran; a step that
+    """Invariant 2: at most one execution of a step per epoch, and per (generation, attempt);
+    a step with tries of its own, at most as many as it has (``STEP_TRIES``) in each.
+    ``stopped``: the leases (run, epoch) a deploy's SIGTERM ended while they ran; a try that
     did not finish within the grace ran again under the next epoch, as the stop hands the run
-    back without counting an attempt."""
+    back without counting an attempt (or a try: only a finished try is counted)."""
     unknown = [e for e in effects if e.epoch is None]
     assert not unknown, (
         "the effects log has no lease epochs: tests/apps/statefulflows.py epoch_of() no longer finds the "
         "epoch behind the context; update it"
     )
+    tries = {(e.wid, e.step): STEP_TRIES.get(e.kind, 1) for e in effects}
     per_epoch = collections.Counter((e.wid, e.step, e.epoch) for e in effects)
-    twice = {k: n for k, n in per_epoch.items() if n > 1}
+    twice = {k: n for k, n in per_epoch.items() if n > tries[k[:2]]}
     assert not twice, (
-        f"invariant 2: a step ran more than once under one lease epoch (id, step, epoch): {twice}"
+        f"invariant 2: a step ran more often than its tries under one lease epoch (id, step, epoch): {twice}"
     )
     gens = generations(audit_wf)
     per_attempt: dict[tuple, list[int]] = collections.defaultdict(list)
@@ -2327,7 +2340,7 @@ def check_executions(
     again = {
         k: v
         for k, v in per_attempt.items()
-        if len([x for x in v if (k[0], x) not in stopped]) > 1 or len(v) > 2
+        if len([x for x in v if (k[0], x) not in stopped]) > tries[k[:2]] or len(v) > 2 * tries[k[:2]]
     }
     assert not again, (
         "invariant 2: a step ran again without a counted attempt or a retry in between "
@@ -3042,6 +3055,12 @@ def final_check_list(
         "SELECT workflow_id::text, step_number, step_name, status, output_data, lease_epoch, attempt"
         " FROM workflow_steps ORDER BY 1, 2",
     )
+    tries_of = {
+        (wid, number): tries
+        for wid, number, tries in query(
+            dsn, "SELECT workflow_id::text, step_number, tries FROM workflow_steps"
+        )
+    }
     events = {
         str(r[0]): r[1]
         for r in query(dsn, "SELECT workflow_id, value FROM workflow_events WHERE key = %s", (EVENT_KEY,))
@@ -3052,8 +3071,9 @@ def final_check_list(
     rows_of: dict[str, dict[int, tuple]] = collections.defaultdict(dict)
     for wid, number, name, status, output, epoch, attempt in steps:
         rows_of[wid][number] = (name, status, output, epoch, attempt)
-    retried = {wid for wid, gens in generations(audit_wf).items() if gens}
-    first_retry = {wid: gens[0] for wid, gens in generations(audit_wf).items() if gens}
+    generations_of = generations(audit_wf)
+    retried = {wid for wid, gens in generations_of.items() if gens}
+    first_retry = {wid: gens[0] for wid, gens in generations_of.items() if gens}
 
     def spec_of(wid: str) -> list[list[Any]]:
         """The items the run went through (the deploy's patch, where it took it)."""
@@ -3110,12 +3130,33 @@ def final_check_list(
                     f"invariant 3: checkpoint {wid} #{number} = {output!r}, written under epoch {epoch} "
                     f"attempt {attempt}, is the output of the execution(s) under {producers}"
                 )
+                kind = spec_of(wid)[plan[number - 1][1]][0]
+                if kind in STEP_TRIES:
+                    tries_counted_in_the_checkpoint(wid, number, epoch, attempt)
             if status == "handled":  # a saga's failure: an execution under that epoch raised it
                 raised = {(e.epoch, e.attempt) for e in ran[(wid, number)]}
                 assert what == "handled" and (epoch, attempt) in raised, (
                     f"invariant 3: handled failure {wid} #{number} ({what}), written under epoch {epoch} "
                     f"attempt {attempt}; the step ran under {sorted(raised)}"
                 )
+
+    def tries_counted_in_the_checkpoint(wid: str, number: int, epoch: int, attempt: int) -> None:
+        # invariant 2: a step with tries of its own counts, in its checkpoint, every try its
+        # attempt made (of this retry generation), across the executions a parked backoff
+        # spans; a try a deploy's stop cut short may or may not have been counted
+        gens = generations_of.get(wid, [])
+        generation = bisect.bisect_right(gens, epoch)
+        made = [
+            e
+            for e in ran[(wid, number)]
+            if e.attempt == attempt and bisect.bisect_right(gens, e.epoch) == generation
+        ]
+        sure = [e for e in made if (wid, e.epoch) not in stopped]
+        assert len(sure) <= tries_of[(wid, number)] <= len(made), (
+            f"invariant 2: checkpoint {wid} #{number} (epoch {epoch}, attempt {attempt}) counts "
+            f"{tries_of[(wid, number)]} tries; the attempt made {len(made)} under epochs "
+            f"{[e.epoch for e in made]}"
+        )
 
     def expected_outputs(wid: str) -> list[Any]:
         """What a completed run returns, by its step rows (and its children's rows)."""

@@ -215,6 +215,25 @@ def test_a_sync_call_past_its_timeout_is_abandoned_counted_and_its_late_result_d
 
 
 @pytest.mark.slow
+def test_a_worker_killed_after_a_timed_out_try_leaves_the_step_to_the_next_attempt(workers, dsn):
+    gate(workers, "hang").touch()
+    wid = str(wfctl.submit(dsn, "hang-then-charge", {}))
+    victim = workers.start(app=APP)
+    wait_for(lambda: "step_retry" in log_of(victim), what="the first try to time out")
+    assert "StepTimeout: step 'charge' timed out after 300ms" in log_of(victim)
+    victim.send_signal(signal.SIGKILL)  # within the 1 to 2 s backoff, the abandoned call hanging
+    victim.wait(timeout=10)
+    before = calls(workers, wid, "hang")
+    assert before in (1, 2) and step_rows(dsn, wid) == []  # nothing was written
+    gate(workers, "hang").unlink()
+    workers.start(app=APP)  # takes the dead worker's run over once its heartbeats are missed
+    assert wfctl.result(dsn, wid, timeout=30) == "late"
+    assert calls(workers, wid, "hang") == before + 1
+    assert calls(workers, wid, "late") == 1  # the abandoned call died with its worker
+    assert step_rows(dsn, wid) == [(1, "charge", "completed", 1, 2, None)]  # attempt 2, afresh
+
+
+@pytest.mark.slow
 def test_a_worker_with_as_many_abandoned_calls_as_it_keeps_claims_nothing_until_one_ends(workers, dsn):
     gate(workers, "hang").touch()
     hung = [str(wfctl.submit(dsn, "hang-once", {})) for _ in range(MAX_ABANDONED)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -119,6 +120,11 @@ def workflow(
     cron.check(schedule, timezone)  # a malformed expression, an unknown zone: InvalidInput now
 
     def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            raise InvalidInput(
+                f"workflow {name!r} is an async def function; a workflow function is a plain def "
+                "(its steps may be async def: ctx.step awaits them on the worker's event loop)"
+            )
         (registry or default_registry).add(
             WorkflowType(
                 name=name,

@@ -21,6 +21,7 @@ import wfctl
 from wfctl.context import Context, DeterminismError, Parked
 from wfctl.errors import StepTimeout
 from wfctl.journal import HandledFailure, RecordedStep, Retrying
+from wfctl.registry import Registry
 from wfctl.steps import DEFAULT, StepOptions, options_of
 from wfctl.testing import MemoryJournal
 from wfctl.tries import SHORT_BACKOFF, next_delay, tries_before
@@ -355,3 +356,18 @@ def test_a_timeout_is_refused_for_a_transactional_step_at_the_call():
     with pytest.raises(wfctl.InvalidInput, match=r"transactional step 'debit'.*statement_timeout") as info:
         ctx_of(journal_at()).transaction("debit", debit)
     assert "\n" not in str(info.value) and calls == []
+
+
+def test_an_async_workflow_function_is_refused_when_decorating_with_one_line():
+    registry = Registry()
+    with pytest.raises(wfctl.InvalidInput) as refused:
+
+        @wfctl.workflow("async-flow", registry=registry)
+        async def flow(ctx: Context, data: Any) -> Any:
+            return data
+
+    assert str(refused.value) == (
+        "workflow 'async-flow' is an async def function; a workflow function is a plain def "
+        "(its steps may be async def: ctx.step awaits them on the worker's event loop)"
+    )
+    assert "async-flow" not in registry.types

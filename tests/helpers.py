@@ -195,12 +195,14 @@ def wait_for_worker_session(dsn: str, condition: str, timeout: float = 30.0, wha
     """Poll pg_stat_activity until a ``wfctl worker`` session of ``dsn``'s database meets
     ``condition`` (SQL on pg_stat_activity's columns: ``wait_event_type = 'Lock'``, blocked on a
     row the test holds; ``state = 'idle in transaction'``, frozen inside its transaction); fail
-    the test after ``timeout``."""
+    the test after ``timeout``. A worker that waits for the listening duty (an advisory lock,
+    wfctl/worker/listening.py) is not blocked on anything the test holds, and never counts."""
     wait_for(
         lambda: rows(
             dsn,
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            f" AND application_name = 'wfctl worker' AND {condition}",
+            " AND application_name = 'wfctl worker' AND wait_event IS DISTINCT FROM 'advisory'"
+            f" AND {condition}",
         )[0][0],
         timeout=timeout,
         what=what or f"a worker's session with {condition}",

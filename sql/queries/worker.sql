@@ -25,6 +25,34 @@ BEGIN
 END
 $$;
 
+-- name: listen_wait
+-- The listening duty (wfctl/worker/listening.py): of a pool's idle workers (the same schema,
+-- the same types: $1, their names joined), the one that holds this session lock LISTENs. The
+-- others wait for it here, sent without waiting for the reply, until $2 (milliseconds, the
+-- worker's next own duty: the wait then ends with lock_not_available and is sent again).
+SELECT pg_advisory_lock(hashtextextended(wfctl_channel() || ' listening ' || $1, 0))
+FROM (SELECT set_config('lock_timeout', $2, true)) AS t;
+
+-- name: listen_try
+-- The listening duty without waiting: a worker with threads free and runs in hand takes it when
+-- no other worker of its pool holds it (then LISTENs).
+SELECT pg_try_advisory_lock(hashtextextended(wfctl_channel() || ' listening ' || %(pool)s, 0));
+
+-- name: listen_only
+-- Taking the listening duty: the pool's other workers (the same types) are not idle any more,
+-- whatever their rows say (a holder killed without a word still looks idle until its
+-- dead-after), so that the submit trigger addresses its wake-ups to this worker alone.
+UPDATE workers SET idle = false
+WHERE idle AND id <> %(owner)s
+  AND workflow_types @> %(types)s::text[] AND workflow_types <@ %(types)s::text[];
+
+-- name: listen_release
+-- Leave the listening duty: stop hearing wake-ups, and let the next idle worker of the pool
+-- take it (the lock of listen_wait). {pool} is composed as a literal (two statements, one
+-- round trip: no parameters).
+UNLISTEN *;
+SELECT pg_advisory_unlock(hashtextextended(wfctl_channel() || ' listening ' || {pool}, 0));
+
 -- name: notify
 SELECT pg_notify(wfctl_channel(), 'head');
 
@@ -474,6 +502,13 @@ FROM (
 -- plan) instead of re-planning each execution. Session-level, so not sent through a
 -- transaction pooler (--no-listen), where statements are not prepared anyway.
 SET plan_cache_mode = force_generic_plan;
+
+-- name: idle_session_limit
+-- A worker that may hold the listening duty (wfctl/worker/listening.py): its loop's session
+-- is never idle longer than a heartbeat interval while the worker runs, so a session idle
+-- far longer (%(limit)s, milliseconds: twice the dead-after, at least a minute) belongs to a
+-- frozen worker; the server ends it, and the duty's lock and its LISTEN with it.
+SELECT set_config('idle_session_timeout', %(limit)s, false);
 
 -- name: recv
 -- ctx.recv (wfctl/worker/calls.py): one function call, migration 0006.

@@ -189,7 +189,7 @@ def wait_blocked(dsn: str) -> None:
         lambda: rows(
             dsn,
             "SELECT 1 FROM pg_stat_activity WHERE application_name = 'wfctl worker'"
-            " AND wait_event_type = 'Lock' AND datname = current_database()",
+            " AND wait_event_type = 'Lock' AND wait_event <> 'advisory' AND datname = current_database()",
         ),
         what="the worker to wait on the lock",
     )

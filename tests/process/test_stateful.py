@@ -1942,6 +1942,7 @@ class StatefulEngine(RuleBasedStateMachine):
                 self.dsn,
                 "SELECT a.state, left(a.query, 120) FROM pg_stat_activity a"
                 " WHERE a.datname = current_database() AND a.application_name = 'wfctl worker'"
+                " AND a.wait_event IS DISTINCT FROM 'advisory'"  # waiting for the listening duty
                 " AND a.state <> 'idle' AND (a.state <> 'idle in transaction' OR a.backend_xmin IS NOT NULL"
                 "  OR EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype <> 'virtualxid'))",
             ):

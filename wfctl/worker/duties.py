@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Clock = Callable[[], float]
 ALARM_HORIZON = 3600.0  # seconds: Alarmed.alarm ignores alarms further ahead than its next run
@@ -94,7 +94,27 @@ class Poll(Alarmed):
     """Polling for work: every ``interval`` seconds, and at each alarm set in between (a run this
     worker parked or backed off becomes due then, or a rate limit lets the next start go).
     Nothing announces a due time with a NOTIFY: without the alarm such a run would wait for the
-    poll."""
+    poll. A worker that waits for the listening duty polls less often (``due_every``): the
+    worker that holds it polls for the pool."""
+
+    def __init__(self, name: str, interval: float, action: Callable[[], object], **kw: Any) -> None:
+        super().__init__(name, interval, action, **kw)
+        self.last = 0.0  # when it last ran
+
+    def ran(self, now: float) -> None:
+        self.last = now
+        super().ran(now)
+
+    def due_every(self, now: float, interval: float) -> bool:
+        """Due with polls every ``interval`` seconds instead (alarms as ever)?"""
+        return self.urgent or now >= self.next_alarm() or now >= self.last + interval
+
+    def next_due_every(self, interval: float) -> float:
+        """When ``due_every(..., interval)`` becomes true."""
+        return float("-inf") if self.urgent else min(self.next_alarm(), self.last + interval)
+
+    def next_alarm(self) -> float:
+        return self._alarms[0] if self._alarms else float("inf")
 
 
 class Duties:
@@ -124,7 +144,8 @@ class Duties:
                 ran.append(duty.name)
         return ran
 
-    def next_due(self) -> float:
-        """The earliest due time of the active duties (inf when none is active)."""
-        times = [d.due_at() for d in self.items + self.timers if d.active()]
+    def next_due(self, *, besides: Duty | None = None) -> float:
+        """The earliest due time of the active duties (inf when none is active), leaving out
+        ``besides`` (a duty the caller times itself)."""
+        times = [d.due_at() for d in self.items + self.timers if d is not besides and d.active()]
         return min(times, default=float("inf"))

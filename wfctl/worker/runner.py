@@ -42,6 +42,7 @@ import psycopg
 
 from wfctl import limits, schema
 from wfctl.caller import Caller
+from wfctl.connection import connection_lost
 from wfctl.queries import q
 from wfctl.registry import Registry, WorkflowType
 from wfctl.worker import burst, claims, heartbeat, poollog, reconcile, ticks
@@ -52,6 +53,7 @@ from wfctl.worker.duties import Alarmed, Duties, Duty, Poll
 from wfctl.worker.execution import Execution
 from wfctl.worker.health import HealthFile, HealthServer
 from wfctl.worker.lease import Leases
+from wfctl.worker.listening import Listening
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
 from wfctl.worker.partitioning import PartitionDuty
@@ -101,6 +103,12 @@ class Worker:
             deadline=lambda: self.stopper.deadline,
             reconnected=self._reconnected,
         )
+        # of a pool's idle workers one LISTENs (wfctl/worker/listening.py); --burst workers all do
+        self.listening = None if options.burst else Listening(self.types, self.me.id)
+        self.session.listen_at_connect = self.listening is None
+        # how often a worker that waits for the listening duty polls (its holder polls for it)
+        self._waiter_poll = max(options.poll, options.heartbeat)
+        self._duty_tried = float("-inf")  # when the worker last asked for the duty without waiting
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         # ctx.transaction's connections: a small pool, opened by the first transactional step
@@ -301,6 +309,9 @@ class Worker:
     def _reconnected(self) -> None:
         """After a reconnect: a heartbeat at once; no sweep for a while (the others were
         probably cut off too: let them beat); and a claim."""
+        if self.listening is not None:
+            self.listening.lost()  # the old session's lock and LISTEN went with it
+            self._duty_tried = float("-inf")
         self.heartbeat.soon()
         if self.sweep is not None:
             self.sweep.postpone(time.monotonic())
@@ -328,12 +339,18 @@ class Worker:
         self._pool_log = poollog.route(self.log, self.dsn)
         schema.check(self.session.open())
         self._declare()
+        if self.listening is not None and self.session.listening():
+            # the pool's first worker listens from its first claim on; the others wait for it
+            self.session.guarded("listening", self.listening.try_take)
         for index in range(self.options.concurrency):
             thread = threading.Thread(target=self._thread_main, name=f"wfctl-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self.heartbeat.run(time.monotonic())
-        mode = "listen+poll" if self.session.listening() else "poll only"
+        if not self.session.listening():
+            mode = "poll only"
+        else:
+            mode = "listen+poll" if self.listening is None else "listen (one idle worker per pool)+poll"
         self.log.info(
             f"worker {self.me.id} ready",
             types=",".join(self.types),
@@ -367,6 +384,7 @@ class Worker:
                 continue
             now = time.monotonic()
             if self.stopping.is_set():
+                self._leave_duty()
                 if self.backlog:
                     self._release_backlog()
                 if not self.running and not self.unsettled:
@@ -435,7 +453,9 @@ class Worker:
             backlog=len(self.backlog),
             more=self._more,
             wakeups=self._wakeups,
-            poll_due=self.poll.is_due(now),
+            poll_due=self.poll.due_every(now, self._waiter_poll)
+            if self._waits_for_duty()
+            else self.poll.is_due(now),
             ahead=self._ahead,
         )
 
@@ -554,7 +574,7 @@ class Worker:
             "claim",
             functools.partial(
                 claims.claim,
-                addressable=self.session.listening(),
+                addressable=self._addressable(),
                 room=self.options.concurrency - len(self.running) + len(self._ending),
                 ahead_from=ahead_from,
             ),
@@ -568,6 +588,8 @@ class Worker:
             return 0
         self._more = len(batch.claimed) == limit
         self._idle = batch.idle
+        if not batch.idle:
+            self._leave_duty()  # its threads are taken: the next idle worker of the pool listens
         if batch.retry_in is not None:
             # a rate limit held runnable work back: claim again when it lets the next start go
             self.poll.alarm(time.monotonic() + batch.retry_in)
@@ -778,9 +800,95 @@ class Worker:
         self.requests.append(request)
         self._abandon_due = time.monotonic() + self.options.heartbeat
 
+    # -- the listening duty (wfctl/worker/listening.py) ------------------------------------------
+
+    def _addressable(self) -> bool:
+        """Whether this worker hears wake-ups addressed to it now (its claims may mark it idle)."""
+        return self.session.listening() and (self.listening is None or self.listening.held)
+
+    def _waits_for_duty(self) -> bool:
+        """Nothing to do but wait for the listening duty: no run, write or stop in hand."""
+        duty = self.listening
+        return (
+            duty is not None
+            and not duty.held
+            and self.session.listening()
+            and self.session.connected()
+            and not self.stopping.is_set()
+            and not self.running
+            and not self.unsettled
+            and not self.requests
+            and not self.calls
+            and not self.finished
+            and not self.caller.full
+        )
+
+    def _wait_for_duty(self) -> None:
+        """Sleep until the listening duty comes (then LISTEN and claim) or the next own duty is
+        due; the lock wait ends on the server at that time, or is cancelled for a stop."""
+        duty, conn = self.listening, self.session.conn
+        assert duty is not None and conn is not None
+        wake_at = min(self.duties.next_due(besides=self.poll), self.poll.next_due_every(self._waiter_poll))
+        timeout = wake_at - time.monotonic()
+        if timeout < 0.005:
+            return  # a duty is due: the loop runs it first
+        try:
+            duty.send_wait(conn, timeout)
+            ready = self._select([self._wake_r, conn.fileno()], timeout + 0.05)
+            got = duty.finish_wait(conn, cancel=conn.fileno() not in ready)
+            if got:
+                duty.take(conn)
+        except psycopg.Error as exc:
+            if connection_lost(conn, exc):
+                self.session.reconnect(exc, "listening wait")  # (and the duty is lost with it)
+            else:
+                self.session.refused("listening wait", exc)
+            return
+        if got:
+            self.frontier.rescan()  # deaf until now: look from the head
+            self._more = True
+
+    def _try_duty(self) -> bool:
+        """Before sleeping with runs in hand and threads free (a worker with no run waits for
+        the duty instead): take the listening duty if no worker of the pool holds it, at most
+        once per poll interval; whether it did (then claim first: it was deaf until now)."""
+        duty = self.listening
+        now = time.monotonic()
+        if (
+            duty is None
+            or duty.held
+            or self.stopping.is_set()
+            or not self.session.listening()
+            or now - self._duty_tried < self.options.poll
+            or self.options.concurrency - len(self.running) + len(self._ending) <= 0
+            or self.caller.full
+        ):
+            return False
+        self._duty_tried = now
+        if not self.session.guarded("listening", duty.try_take):
+            return False
+        self.frontier.rescan()  # deaf until now: look from the head
+        self._more = True
+        return True
+
+    def _leave_duty(self) -> None:
+        """Stop listening and let the next idle worker of the pool take the duty (a claim filled
+        this worker's threads, or it stops)."""
+        duty = self.listening
+        if duty is None or not duty.held:
+            return
+        if self.session.guarded("listening release", duty.release, otherwise=REFUSED) is REFUSED:
+            duty.lost()  # a refused UNLISTEN or unlock: a new session is the sure way out
+            self.session.drop()
+
     def _wait(self) -> None:
+        if self._waits_for_duty():
+            self._wait_for_duty()
+            return
+        if self._try_duty():
+            return
         watch = [self._wake_r]
-        if self.session.listening():
+        if self._addressable():
             # A NOTIFY that arrived during the last statement (a claim, a flush, a heartbeat)
             # was read off the socket with its reply and waits in the connection's backlog: the
             # socket has nothing more to say. Count those first, and never sleep holding one.
@@ -793,7 +901,7 @@ class Worker:
         if self.stopper.deadline is not None:
             wake_at = min(wake_at, self.stopper.deadline)
         self._select(watch, max(0.0, wake_at - time.monotonic()))
-        if self.session.listening():
+        if self._addressable():
             self._drain_notifications()
 
     def _drain_notifications(self) -> int:

@@ -26,6 +26,9 @@ from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import WorkerOptions
 
 RECONNECT_MAX_DELAY = 5.0
+#: Seconds a worker's idle session lasts at least before the server ends it (a frozen worker's:
+#: twice its dead-after, at least this): a short pause keeps its session and its claim's reply.
+FROZEN_SESSION_FLOOR = 60.0
 REFUSAL_REPEAT = 60.0  # seconds before the same refusal is logged again
 #: What ``Session.guarded`` may return for a refused statement whose result is None anyway.
 REFUSED: Final = object()
@@ -60,6 +63,8 @@ class Session:
         self._deadline = deadline
         self._reconnected = reconnected
         self._last_refusal: tuple[str, float] = ("", 0.0)
+        # LISTEN as soon as connected; off when the listening duty decides (wfctl/worker/listening.py)
+        self.listen_at_connect = True
 
     def open(self) -> psycopg.Connection[Any]:
         """Connect (at start: an error is raised, not retried)."""
@@ -87,16 +92,27 @@ class Session:
             # 5-20 ms, and psycopg's default (the sixth) planned each one five times per worker
             conn.prepare_threshold = 0
             conn.execute(q("worker.session_setup"))
-        if self.options.listen:
+        if self.options.listen and self.listen_at_connect:
             claims.listen(conn, self.me)
+        elif self.options.listen:  # the listening duty: a frozen holder's session ends
+            limit = str(int(max(self.options.dead_after * 2, FROZEN_SESSION_FLOOR) * 1000))
+            conn.execute(q("worker.idle_session_limit"), {"limit": limit})
         return conn
 
     def listening(self) -> bool:
+        """Whether this session may LISTEN (not --no-listen, no pooler in between)."""
         return self.options.listen and not self.pooled
 
     def connected(self) -> bool:
         conn = self.conn
         return conn is not None and not conn.closed
+
+    def drop(self) -> None:
+        """Close the connection: the next statement reconnects (a new session)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def cancel_statement(self) -> None:
         """The watchdog: cancel the statement the loop waits on."""

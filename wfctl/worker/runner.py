@@ -2,7 +2,8 @@
 
 The main thread owns the one database connection. It claims runnable workflows (batched,
 SKIP LOCKED), hands them to worker threads, group-commits the writes those threads ask for,
-heartbeats, listens for wake-ups, and handles signals. What it claims beyond its free threads
+heartbeats, listens for wake-ups (while it holds its pool's listening duty, listening.py), and
+handles signals. What it claims beyond its free threads
 waits in its backlog, claimed ahead (marked so in the database until it starts: a worker's
 death then charges it nothing); what found no thread within ``CLAIM_AHEAD_HOLD`` is handed back
 for an idle worker, and the worker claims nothing ahead again until a thread of its frees.

@@ -158,14 +158,21 @@ def test_a_long_backoff_parks_and_another_worker_goes_on_counting_after_a_sigkil
     assert "step_retry" in log_of(first) and "step_retry" in log_of(second)
 
 
-@pytest.mark.slow
-def test_a_worker_killed_during_a_short_backoff_leaves_the_step_to_the_next_attempt(workers, dsn):
-    gate(workers, "down").touch()
-    wid = str(wfctl.submit(dsn, "charge-soon", {}))
+def killed_in_the_backoff(workers: Any, dsn: str, shut: str, workflow_type: str) -> tuple[str, str]:
+    """Submit a ``workflow_type`` run with the gate ``shut`` closed, and SIGKILL its worker
+    within the 1 to 2 s backoff after its first failed try; the run's id and the worker's log."""
+    gate(workers, shut).touch()
+    wid = str(wfctl.submit(dsn, workflow_type, {}))
     victim = workers.start(app=APP)
     wait_for(lambda: "step_retry" in log_of(victim), what="the first try to fail")
-    victim.send_signal(signal.SIGKILL)  # within the 1 to 2 s backoff
+    victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
+    return wid, log_of(victim)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_during_a_short_backoff_leaves_the_step_to_the_next_attempt(workers, dsn):
+    wid, _log = killed_in_the_backoff(workers, dsn, "down", "charge-soon")
     assert calls(workers, wid) == 1 and step_rows(dsn, wid) == []  # nothing was written
     gate(workers, "down").unlink()
     workers.start(app=APP)  # takes the dead worker's run over once its heartbeats are missed
@@ -216,13 +223,8 @@ def test_a_sync_call_past_its_timeout_is_abandoned_counted_and_its_late_result_d
 
 @pytest.mark.slow
 def test_a_worker_killed_after_a_timed_out_try_leaves_the_step_to_the_next_attempt(workers, dsn):
-    gate(workers, "hang").touch()
-    wid = str(wfctl.submit(dsn, "hang-then-charge", {}))
-    victim = workers.start(app=APP)
-    wait_for(lambda: "step_retry" in log_of(victim), what="the first try to time out")
-    assert "StepTimeout: step 'charge' timed out after 300ms" in log_of(victim)
-    victim.send_signal(signal.SIGKILL)  # within the 1 to 2 s backoff, the abandoned call hanging
-    victim.wait(timeout=10)
+    wid, log = killed_in_the_backoff(workers, dsn, "hang", "hang-then-charge")  # the call hanging
+    assert "StepTimeout: step 'charge' timed out after 300ms" in log
     before = calls(workers, wid, "hang")
     assert before in (1, 2) and step_rows(dsn, wid) == []  # nothing was written
     gate(workers, "hang").unlink()

@@ -13,8 +13,10 @@ SELECT count(*) FROM workflows WHERE status = 'completed';
 
 -- name: backends
 -- On the server's own database: the worker processes' sessions in the side's database, and how
--- many of them are idle (connected and between statements).
-SELECT count(*) AS connected, count(*) FILTER (WHERE state = 'idle') AS idle
+-- many of them are idle (connected and between statements, or waiting for their pool's
+-- listening duty: an advisory lock, wfctl/worker/listening.py).
+SELECT count(*) AS connected,
+       count(*) FILTER (WHERE state = 'idle' OR wait_event = 'advisory') AS idle
 FROM pg_stat_activity
 WHERE datname = %(db)s AND application_name = %(app)s;
 

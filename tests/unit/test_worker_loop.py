@@ -75,6 +75,27 @@ def test_a_poll_alarm_survives_a_claim_in_between_and_the_polls_resume_after_it(
     assert poll.next_at == clock.now + 30.0
 
 
+def test_a_worker_waiting_for_the_listening_duty_polls_at_its_own_interval_and_at_alarms():
+    clock = FakeClock()
+    poll = Poll("poll", 1.0, lambda: None)
+    poll.ran(clock.now)
+    assert poll.next_alarm() == float("inf")
+    clock.now += 2.0
+    assert poll.is_due(clock.now) and not poll.due_every(clock.now, 10.0)  # the holder polls
+    poll.alarm(clock.now + 1.0)  # a run this worker parked is due in 1 s: that, it claims itself
+    assert poll.next_alarm() == clock.now + 1.0
+    clock.now += 1.0
+    assert poll.due_every(clock.now, 10.0)
+    poll.ran(clock.now)
+    clock.now += 9.0
+    assert not poll.due_every(clock.now, 10.0)
+    clock.now += 1.0
+    assert poll.due_every(clock.now, 10.0)  # once per its own interval (the heartbeat's)
+    poll.ran(clock.now)
+    poll.soon()
+    assert poll.due_every(clock.now, 10.0)
+
+
 @pytest.mark.parametrize(
     ("held", "backlog", "more", "wakeups", "poll_due", "expected"),
     [

@@ -109,10 +109,6 @@ class Poll(Alarmed):
         """Due with polls every ``interval`` seconds instead (alarms as ever)?"""
         return self.urgent or now >= self.next_alarm() or now >= self.last + interval
 
-    def next_due_every(self, interval: float) -> float:
-        """When ``due_every(..., interval)`` becomes true."""
-        return float("-inf") if self.urgent else min(self.next_alarm(), self.last + interval)
-
     def next_alarm(self) -> float:
         return self._alarms[0] if self._alarms else float("inf")
 
@@ -144,8 +140,7 @@ class Duties:
                 ran.append(duty.name)
         return ran
 
-    def next_due(self, *, besides: Duty | None = None) -> float:
-        """The earliest due time of the active duties (inf when none is active), leaving out
-        ``besides`` (a duty the caller times itself)."""
-        times = [d.due_at() for d in self.items + self.timers if d is not besides and d.active()]
+    def next_due(self) -> float:
+        """The earliest due time of the active duties (inf when none is active)."""
+        times = [d.due_at() for d in self.items + self.timers if d.active()]
         return min(times, default=float("inf"))

@@ -825,11 +825,16 @@ class Worker:
         )
 
     def _wait_for_duty(self) -> None:
-        """Sleep until the listening duty comes (then LISTEN and claim) or the next own duty is
-        due; the lock wait ends on the server at that time, or is cancelled for a stop."""
+        """Sleep until the listening duty comes (then LISTEN and claim), the next heartbeat or an
+        alarm of a run this worker parked; the lock wait ends on the server at that time, or is
+        cancelled for a stop. The other duties (sweep, deadlines, ticks, polls) wait for the
+        heartbeat's turn here, each wake-up being a transaction: the worker that listens does them
+        on time for the pool."""
         duty, conn = self.listening, self.session.conn
         assert duty is not None and conn is not None
-        wake_at = min(self.duties.next_due(besides=self.poll), self.poll.next_due_every(self._waiter_poll))
+        if any(d.urgent and d.active() for d in self.duties.items):
+            return  # asked for at once: the loop runs it first
+        wake_at = min(self.heartbeat.due_at(), self.poll.next_alarm())
         timeout = wake_at - time.monotonic()
         if timeout < 0.005:
             return  # a duty is due: the loop runs it first

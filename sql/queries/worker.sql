@@ -29,7 +29,7 @@ $$;
 -- The listening duty (wfctl/worker/listening.py): of a pool's idle workers (the same schema,
 -- the same types: $1, their names joined), the one that holds this session lock LISTENs. The
 -- others wait for it here, sent without waiting for the reply, until $2 (milliseconds, the
--- worker's next own duty: the wait then ends with lock_not_available and is sent again).
+-- worker's next heartbeat or alarm: the wait then ends with lock_not_available and is sent again).
 SELECT pg_advisory_lock(hashtextextended(wfctl_channel() || ' listening ' || $1, 0))
 FROM (SELECT set_config('lock_timeout', $2, true)) AS t;
 

@@ -9,9 +9,10 @@ it idle, so the submit trigger addresses its wake-ups to it alone.
 
 A worker with nothing to do (no run, no write, not stopping) that does not hold the duty waits
 for the lock on its loop connection: the statement is sent without waiting for its reply, and
-the loop sleeps on the socket as it sleeps on wake-ups, until the lock comes or its next duty
-is due (the heartbeat, a sweep, an alarm). The wait carries that time as its ``lock_timeout``,
-so it ends on the server, with no cancel request; a stop cancels it. The holder leaves the duty
+the loop sleeps on the socket as it sleeps on wake-ups, until the lock comes, its next heartbeat
+(when it also runs the other duties that came due: the holder runs them on time for the pool)
+or an alarm of a run it parked. The wait carries that time as its ``lock_timeout``, so it ends
+on the server, with no cancel request; a stop cancels it. The holder leaves the duty
 when a claim fills its threads (``worker.listen_release``), and the next waiting worker takes
 it, LISTENs and claims at once; a holder that dies ends its session, and the lock with it. A
 worker with runs in hand and threads free takes the duty without waiting when no one holds it

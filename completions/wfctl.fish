@@ -96,7 +96,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from limits' -l dsn -x -d 'PostgreS
 complete -c wfctl -n '__fish_seen_subcommand_from limits' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else the nearest wfctl.toml here or above)'
 complete -c wfctl -n '__fish_seen_subcommand_from limits' -l json -d 'Print JSON on stdout instead of tables'
 complete -c wfctl -n '__fish_seen_subcommand_from limits' -l help -s h -d 'Show help and exit'
-complete -c wfctl -n '__fish_seen_subcommand_from list' -l status -x -a 'pending running completed failed cancelled' -d 'Only workflows in this status: pending, running, completed, failed, cancelled'
+complete -c wfctl -n '__fish_seen_subcommand_from list' -l status -x -a 'pending running completed failed cancelled' -d 'Only workflows in these statuses, comma-separated: pending, running, completed, failed, cancelled (a run parked on a wait is pending: --waiting lists those)'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l type -x -d 'Only workflows of this type'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l since -x -d 'Only workflows created within this long ago'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l limit -x -d 'At most this many rows'

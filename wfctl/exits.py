@@ -70,7 +70,7 @@ def code_for(exc: BaseException) -> int:
 EXIT_CODES: dict[int, str] = {
     OK: "success (including 'nothing to do')",
     INTERNAL: "unexpected internal error (run with --debug and report it)",
-    USAGE: "bad input: malformed JSON, bad duration, invalid option or argument",
+    USAGE: "bad input: malformed JSON, bad duration, invalid option or argument, a missing one",
     CONFIG: (
         "invalid configuration: unreadable, invalid or refused wfctl.toml, bad DSN syntax, no project here"
     ),

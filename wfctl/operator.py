@@ -263,7 +263,8 @@ def list(
     :param target: a DSN, or a psycopg connection (read in its transaction when one is open).
     :param type: only runs of this workflow type.
     :param status: only runs in this status (``pending``, ``running``, ``completed``,
-        ``failed``, ``cancelled``; a parked run is ``pending``).
+        ``failed``, ``cancelled``; a parked run is ``pending``), or in any of several
+        separated by commas (``"failed,cancelled"``).
     :param since: only runs created within this long ago: a duration string (``"24h"``),
         seconds, or a ``timedelta``, above 0.
     :param key: only runs whose idempotency key starts with this prefix, compared character

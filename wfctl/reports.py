@@ -28,6 +28,7 @@ from wfctl.errors import InvalidInput, NotFound
 from wfctl.operations import WAIT_KINDS
 from wfctl.prometheus import Family, Sample, label_translation
 from wfctl.queries import q
+from wfctl.waits import WAITING as WAITING_WORD
 from wfctl.waits import by_status, is_waiting, waiting_for
 from wfctl.words import PENDING, RUNNING, STATUSES, check_status, parse_id
 
@@ -239,7 +240,8 @@ def list_workflows(
     waiting: bool = False,
     key_prefix: str | None = None,
 ) -> list[Row]:
-    """Workflows newest first, optionally of one status and type, created within ``since``,
+    """Workflows newest first, optionally of some statuses (``list_statuses``) and one type,
+    created within ``since``,
     with an idempotency key that starts with ``key_prefix`` (character for character); with
     ``waiting``, only those parked on a wait and not yet due (wfctl.waits). Each row says what
     it waits for (``waiting_for``, None when it is not parked)."""
@@ -266,20 +268,34 @@ def list_params(
     ``list_workflows`` and ``wfctl.aio.list`` send."""
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
-    if status is not None:
-        check_status(status)
-    if waiting and status not in (None, PENDING):
+    statuses = list_statuses(status)
+    if waiting and statuses not in (None, [PENDING]):
         raise InvalidInput(
             f"--waiting lists parked workflows, which are {PENDING}: it cannot be combined with "
             f"--status {status}"
         )
     return {
-        "status": PENDING if waiting else status,
+        "status": PENDING if waiting else statuses[0] if statuses and len(statuses) == 1 else None,
+        "statuses": statuses if statuses and len(statuses) > 1 and not waiting else None,
         "workflow_type": workflow_type,
         "since": _positive(since, "the window") if since is not None else None,
         "limit": limit,
         "waiting": waiting,
     }
+
+
+def list_statuses(status: str | None) -> list[str] | None:
+    """The statuses a list keeps: ``status`` is one, or several separated by commas
+    (``failed,cancelled``); None keeps every one. "waiting" is no status: a parked run is
+    pending, and ``--waiting`` lists those."""
+    if status is None:
+        return None
+    words = [w.strip() for w in status.split(",")]
+    if WAITING_WORD in words:
+        raise InvalidInput(
+            f"invalid status {WAITING_WORD!r}: a run parked on a wait is {PENDING}; list those with --waiting"
+        )
+    return list(dict.fromkeys(check_status(w) for w in words))
 
 
 def listed(rows: list[Row]) -> list[Row]:

@@ -171,6 +171,7 @@ ORDER BY 1, step_name;
 -- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
 -- of idx_workflows_status (status, created_at) when a status is given, so LIMIT stops early.
 -- %(waiting)s: only the waiting ones (`list --waiting`; the caller gives status 'pending').
+-- %(statuses)s: several statuses (`list --status failed,cancelled`); one is %(status)s.
 -- The wait_* columns say what a parked run waits for (wait_state: waiting, woken, or NULL).
 -- %(key_prefix)s: only the runs whose idempotency key starts with it (`list --key`), compared
 -- by starts_with(), character for character: a percent sign or an underscore in it is itself,
@@ -214,6 +215,7 @@ SELECT id,
                                 - (SELECT wfctl_now()))::numeric, 3) AS wait_seconds_left
 FROM workflows w
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(workflow_type)s::text IS NULL OR workflow_type = %(workflow_type)s)
   AND (%(since)s::interval IS NULL OR created_at > (SELECT wfctl_now()) - %(since)s::interval)
   AND (NOT %(waiting)s::bool OR (wait_kind IS NOT NULL AND run_at > (SELECT wfctl_now())))

@@ -8,6 +8,8 @@ from datetime import timedelta
 import pytest
 from report_rows import db_now, runner, step, worker, workflow
 
+import wfctl as wfctl_api
+
 
 @pytest.fixture
 def wfctl(clean_env):
@@ -103,6 +105,13 @@ def test_list_table_and_json(wfctl, dsn, filled):
     assert len(weird) == 1
 
 
+def test_list_takes_several_statuses_separated_by_commas(wfctl, dsn, filled):
+    both = json.loads(wfctl("list", "--dsn", dsn, "--json", "--status", "failed, running,failed").stdout)
+    assert sorted(r["id"] for r in both) == sorted([str(filled["failed"]), str(filled["stuck"])])
+    assert {r["status"] for r in both} == {"failed", "running"}
+    assert [str(r.id) for r in wfctl_api.list(dsn, status="running,failed")] == [r["id"] for r in both]
+
+
 def test_global_options_before_the_command(wfctl, dsn, filled):
     data = json.loads(wfctl("--dsn", dsn, "--json", "list", "--status", "running").stdout)
     assert [r["id"] for r in data] == [str(filled["stuck"])]
@@ -118,6 +127,8 @@ def test_list_empty(wfctl, dsn):
     ("args", "expected"),
     [
         (["--status", "done"], "pending, running, completed, failed, cancelled"),
+        (["--status", "failed,done"], "invalid status 'done'"),
+        (["--status", "waiting"], "a run parked on a wait is pending; list those with --waiting"),
         (["--since", "soon"], "soon"),
         (["--limit", "0"], "--limit"),
     ],

@@ -985,7 +985,7 @@ ROWS: list[Row] = [
         process=True,
         setup=write("emptyapp.py", "x = 1\n"),
     ),
-    Row("app-not-given", ("worker", "--burst", *D), "no --app given", 9, process=True),
+    Row("app-not-given", ("worker", "--burst", *D), "no --app given", 2, process=True),
     Row(
         "worker-types-unknown",
         ("worker", "--app", "testflows", "--types", "three,nope", "--burst", *D),

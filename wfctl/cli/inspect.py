@@ -98,7 +98,8 @@ def list_workflows(
         str | None,
         typer.Option(
             "--status",
-            help=f"Only workflows in this status: {', '.join(words.STATUSES)}.",
+            help=f"Only workflows in these statuses, comma-separated: {', '.join(words.STATUSES)} "
+            "(a run parked on a wait is pending: --waiting lists those).",
             show_default=False,
         ),
     ] = None,
@@ -137,8 +138,7 @@ def list_workflows(
     window = _duration(since, "--since") if since is not None else None
     _type_filter(workflow_type)
     validate.check_text(key, "--key")
-    if status is not None:
-        words.check_status(status)
+    reports.list_statuses(status)  # a bad one is refused before connecting
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.list_workflows(

@@ -11,7 +11,7 @@ from wfctl import recovery, validate, words
 from wfctl.cli import render
 from wfctl.cli.common import ConfigOpt, DsnOpt, JsonOpt, Session
 from wfctl.durations import MIN_STALE_SECONDS, parse_duration
-from wfctl.errors import AppError, InvalidInput
+from wfctl.errors import InvalidInput
 from wfctl.registry import load_app
 from wfctl.worker import options as worker_options
 from wfctl.worker.log import WorkerLog
@@ -117,7 +117,7 @@ def worker(
     cfg = session.config()
     module = app or cfg.get("worker", "app")
     if not module:
-        raise AppError(
+        raise InvalidInput(  # a missing option, as any other (exit 2): no module was tried
             "no --app given and no [worker] app in wfctl.toml: which module registers the workflows?"
         )
     wanted = [t.strip() for t in types.split(",") if t.strip()] if types else None

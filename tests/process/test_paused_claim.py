@@ -95,6 +95,12 @@ def test_a_worker_paused_in_its_claim_never_starts_a_step_of_the_run_it_lost(dsn
         lambda: rows(dsn, "SELECT count(*) FROM workflow_limits WHERE workflow_type = 'paced'")[0][0],
         what="the type's limit to be declared",
     )
+    # its first claim has ended (it marks the worker idle): the claim each round blocks on the
+    # limit's row is the one the round's submit woke, which sees that run
+    wait_for(
+        lambda: rows(dsn, "SELECT idle FROM workers WHERE id = %s", worker_id(log_path)) == [(True,)],
+        what="the worker's first claim to end",
+    )
     for _ in range(ROUNDS):
         one_round(dsn, workers, worker, worker_id(log_path))
     # and the worker goes on working: a run it claims without a pause runs, each step once

@@ -216,7 +216,8 @@ def test_without_the_range_the_prefix_search_finds_the_same_keys(conn):
         wfctl.submit(conn, "promo", {}, key=key)
     for prefix in ("50%", "a_b", "p\U0010ffff", "é", ""):
         params = {
-            "status": None, "workflow_type": None, "since": None, "limit": 100, "waiting": False,
+            "status": None, "statuses": None, "workflow_type": None, "since": None, "limit": 100,
+            "waiting": False,
             **keys.prefix_params(conn, prefix), "key_ranged": False,
         }  # fmt: skip
         found = {r[6] for r in conn.execute(q("reports.list_workflows"), params)}
@@ -263,7 +264,15 @@ def test_the_prefix_search_uses_the_key_index_where_text_is_in_code_point_order(
     found = plan(
         conn,
         "reports.list_workflows",
-        {"status": None, "workflow_type": None, "since": None, "limit": 50, "waiting": False, **params},
+        {
+            "status": None,
+            "statuses": None,
+            "workflow_type": None,
+            "since": None,
+            "limit": 50,
+            "waiting": False,
+            **params,
+        },
     )
     assert key_index(layout) in found and "Index Cond: ((idempotency_key >= 'order-77'" in found, found
     assert "idempotency_key < 'order-78'" in found and "starts_with(idempotency_key" in found, found

@@ -322,6 +322,7 @@ PLANNED_BY_PARTITION = {
             "reports.list_workflows",
             {
                 "status": "failed",
+                "statuses": None,
                 "workflow_type": None,
                 "since": None,
                 "limit": 50,

@@ -99,7 +99,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from limits' -l help -s h -d 'Show 
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l status -x -a 'pending running completed failed cancelled' -d 'Only workflows in these statuses, comma-separated: pending, running, completed, failed, cancelled (a run parked on a wait is pending: --waiting lists those)'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l type -x -d 'Only workflows of this type'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l since -x -d 'Only workflows created within this long ago'
-complete -c wfctl -n '__fish_seen_subcommand_from list' -l limit -x -d 'At most this many rows'
+complete -c wfctl -n '__fish_seen_subcommand_from list' -l limit -x -d 'At most this many rows, from 1'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l waiting -d 'Only workflows parked on a wait (a message, children, a sleep) and not yet due, with what each waits for and the time left'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l key -x -d 'Only workflows whose idempotency key starts with PREFIX, character for character (% and _ are themselves); the table adds the key'
 complete -c wfctl -n '__fish_seen_subcommand_from list' -l replica -x -d 'Read from this streaming standby instead of the primary (default: [reports] dsn in wfctl.toml, else the primary); says how far behind it is, on stderr'

@@ -907,10 +907,15 @@ ROWS: list[Row] = [
     ),
     Row("show-deep-input-stored-by-sql", ("show", "<deep>", *D), "", 0, setup=deep_workflow),
     Row("show-deep-input-stored-by-sql-json", ("show", "<deep>", "--json", *D), "", 0, setup=deep_workflow),
-    Row("list-limit-1e20", ("list", "--limit", "100000000000000000000", *D), "'--limit'", 2),
+    Row(
+        "list-limit-1e20",
+        ("list", "--limit", "100000000000000000000", *D),
+        "--limit must be a whole number from 1 to 9223372036854775807, not 100000000000000000000",
+        2,
+    ),
     Row("list-limit-1e20-literal", ("list", "--limit", "1e20", *D), "'--limit'", 2),
     Row("list-status-bogus", ("list", "--status", "bogus", *D), "invalid status 'bogus'", 2),
-    Row("list-limit-zero", ("list", "--limit", "0", *D), "'--limit'", 2),
+    Row("list-limit-zero", ("list", "--limit", "0", *D), "--limit must be a whole number from 1", 2),
     Row(
         "prune-status-running",
         ("prune", "--older-than", "30d", "--status", "running", *D),

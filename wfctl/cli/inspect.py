@@ -108,9 +108,7 @@ def list_workflows(
         str | None,
         typer.Option("--since", help="Only workflows created within this long ago.", show_default=False),
     ] = None,
-    limit: Annotated[
-        int, typer.Option("--limit", min=1, max=reports.MAX_LIMIT, help="At most this many rows.")
-    ] = 50,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many rows, from 1.")] = 50,
     waiting: Annotated[
         bool,
         typer.Option(
@@ -139,6 +137,8 @@ def list_workflows(
     _type_filter(workflow_type)
     validate.check_text(key, "--key")
     reports.list_statuses(status)  # a bad one is refused before connecting
+    if not 1 <= limit <= reports.MAX_LIMIT:
+        raise InvalidInput(f"--limit must be a whole number from 1 to {reports.MAX_LIMIT}, not {limit}")
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.list_workflows(

@@ -40,6 +40,19 @@ def test_reference_pages_are_up_to_date():
     )
 
 
+@pytest.mark.parametrize(
+    "leak",
+    [
+        "list[str]",  # a repeatable option's Python type, not a word the user types
+        "[[",  # an optional argument whose metavar already has brackets
+        "<=x<=",  # Typer's bounds, where the command says its range in its own words
+    ],
+)
+def test_no_page_shows_the_help_s_python_types_or_typer_s_bounds(leak):
+    shown = {page.name for page in REFERENCE.glob("*.md") if leak in page.read_text(encoding="utf-8")}
+    assert not shown, f"{leak!r} in the help of {sorted(shown)}"
+
+
 def test_every_command_has_a_page_and_every_page_a_command():
     """Read from the command tree the completions use, not from the generator."""
     tree = [c for c in command_tree(typer.main.get_command(app)) if c.path]

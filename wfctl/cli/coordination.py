@@ -58,7 +58,7 @@ def send(
         ),
     ] = None,
     payload: Annotated[
-        str | None, typer.Argument(metavar="[JSON]", help="The payload, one JSON value (default: none).")
+        str | None, typer.Argument(metavar="JSON", help="The payload, one JSON value (default: none).")
     ] = None,
     key: Annotated[
         str | None,

@@ -27,12 +27,17 @@ from wfctl.errors import ConfigError, InvalidInput, InvalidState
 def init(
     grant: Annotated[
         list[str] | None,
-        typer.Option("--grant", help="The same as --grant-worker (kept for existing scripts); repeatable."),
+        typer.Option(
+            "--grant",
+            metavar="ROLE",
+            help="The same as --grant-worker (kept for existing scripts); repeatable.",
+        ),
     ] = None,
     grant_worker: Annotated[
         list[str] | None,
         typer.Option(
             "--grant-worker",
+            metavar="ROLE",
             help="Give this role what workers need: read and write the wfctl tables (no DDL, no "
             "DELETE); repeatable.",
         ),
@@ -41,6 +46,7 @@ def init(
         list[str] | None,
         typer.Option(
             "--grant-submit",
+            metavar="ROLE",
             help="Let this role submit, send messages and read a run's result by its id, through "
             "functions only (no table access); repeatable.",
         ),
@@ -49,6 +55,7 @@ def init(
         list[str] | None,
         typer.Option(
             "--grant-read",
+            metavar="ROLE",
             help="Let this role run the reports (stats, list, show, ...): read the tables, write "
             "nothing; repeatable.",
         ),

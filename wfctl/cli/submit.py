@@ -27,7 +27,7 @@ def submit(
         str, typer.Argument(metavar="TYPE", help="The workflow type, as registered with @wfctl.workflow.")
     ],
     input_json: Annotated[
-        str | None, typer.Argument(metavar="[JSON]", help="The input, one JSON value.")
+        str | None, typer.Argument(metavar="JSON", help="The input, one JSON value.")
     ] = None,
     input_file: Annotated[
         str | None,

@@ -266,22 +266,31 @@ def list_params(
     """Check the filters of a list (InvalidInput) and return the parameters of
     ``reports.list_workflows`` but those of the key prefix (``keys.prefix_params``): what
     ``list_workflows`` and ``wfctl.aio.list`` send."""
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"invalid limit {limit}: must be between 1 and {MAX_LIMIT}")
+    check_limit(limit)
     statuses = list_statuses(status)
-    if waiting and statuses not in (None, [PENDING]):
-        raise InvalidInput(
-            f"--waiting lists parked workflows, which are {PENDING}: it cannot be combined with "
-            f"--status {status}"
-        )
+    if waiting:
+        if statuses not in (None, [PENDING]):
+            raise InvalidInput(
+                f"--waiting lists parked workflows, which are {PENDING}: it cannot be combined with "
+                f"--status {status}"
+            )
+        statuses = [PENDING]
+    several = statuses is not None and len(statuses) > 1
     return {
-        "status": PENDING if waiting else statuses[0] if statuses and len(statuses) == 1 else None,
-        "statuses": statuses if statuses and len(statuses) > 1 and not waiting else None,
+        "status": statuses[0] if statuses and not several else None,
+        "statuses": statuses if several else None,
         "workflow_type": workflow_type,
         "since": _positive(since, "the window") if since is not None else None,
         "limit": limit,
         "waiting": waiting,
     }
+
+
+def check_limit(limit: int, what: str = "limit") -> int:
+    """A list's row limit, from 1 to ``MAX_LIMIT`` (InvalidInput naming it ``what`` otherwise)."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"{what} must be a whole number from 1 to {MAX_LIMIT}, not {limit}")
+    return limit
 
 
 def list_statuses(status: str | None) -> list[str] | None:

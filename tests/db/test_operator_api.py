@@ -284,7 +284,7 @@ def test_cancel_of_a_finished_run_and_retry_of_an_unfinished_one_are_invalid_sta
         wfctl.list(dsn, since="soon")
     with pytest.raises(wfctl.InvalidInput, match="must be greater than zero"):
         wfctl.list(dsn, since=0)
-    with pytest.raises(wfctl.InvalidInput, match="invalid limit 0"):
+    with pytest.raises(wfctl.InvalidInput, match=r"^limit must be a whole number from 1 to \d+, not 0$"):
         wfctl.list(dsn, limit=0)
     assert rows(dsn, "SELECT id, status, updated_at FROM workflows ORDER BY id") == before
 

@@ -137,8 +137,7 @@ def list_workflows(
     _type_filter(workflow_type)
     validate.check_text(key, "--key")
     reports.list_statuses(status)  # a bad one is refused before connecting
-    if not 1 <= limit <= reports.MAX_LIMIT:
-        raise InvalidInput(f"--limit must be a whole number from 1 to {reports.MAX_LIMIT}, not {limit}")
+    reports.check_limit(limit, "--limit")
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
         rows = reports.list_workflows(

@@ -38,12 +38,11 @@ def duty_locks(dsn: str) -> list[bool]:
 
 def holder_pid(dsn: str) -> int:
     """The process of the worker that holds the duty: its claims alone mark it idle."""
-    found: list[tuple[int]] = []
-    wait_for(
-        lambda: found.extend(rows(dsn, "SELECT pid FROM workers WHERE idle AND stopped_at IS NULL")) or found,
+    [(pid,)] = wait_for(
+        lambda: rows(dsn, "SELECT pid FROM workers WHERE idle AND stopped_at IS NULL"),
         what="the listening worker to mark itself idle",
     )
-    return found[0][0]
+    return pid
 
 
 def completes_promptly(dsn: str, wid: uuid.UUID) -> None:

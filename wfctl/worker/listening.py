@@ -48,12 +48,10 @@ class Listening:
         self.pool = ",".join(self.types)
         self.owner = owner
         self.held = False
-        self.waiting = False  # a listen_wait is in flight on the connection
 
     def lost(self) -> None:
         """The session ended: the lock and the LISTEN went with it."""
         self.held = False
-        self.waiting = False
 
     def send_wait(self, conn: psycopg.Connection[Any], timeout: float) -> None:
         """Ask for the duty, waiting at most ``timeout`` seconds on the server; the reply comes
@@ -62,13 +60,11 @@ class Listening:
         conn.pgconn.send_query_params(
             q("worker.listen_wait").encode(), [self.pool.encode(), str(millis).encode()]
         )
-        self.waiting = True
 
     def finish_wait(self, conn: psycopg.Connection[Any], *, cancel: bool) -> bool:
         """Read the wait's reply, cancelling it first with ``cancel`` (a stop, a thread that
         needs the loop); True when the duty came (LISTEN then: ``take``). A lost connection
         raises ``psycopg.OperationalError``; the wait is over either way."""
-        self.waiting = False
         pgconn = conn.pgconn
         if cancel:
             conn.cancel_safe(timeout=REPLY_GRACE)

@@ -95,6 +95,8 @@ class Worker:
             name: claims.Policy(wt.max_retries, wt.timeout, wt.timeout_error)
             for name, wt in self.types.items()
         }
+        # of a pool's idle workers one LISTENs (wfctl/worker/listening.py); --burst workers all do
+        self.listening = None if options.burst else Listening(self.types, self.me.id)
         # the loop's one connection: connect, reconnect, and the guard for refused statements
         self.session = Session(
             dsn,
@@ -103,10 +105,8 @@ class Worker:
             self.me.id,
             deadline=lambda: self.stopper.deadline,
             reconnected=self._reconnected,
+            listen_at_connect=self.listening is None,
         )
-        # of a pool's idle workers one LISTENs (wfctl/worker/listening.py); --burst workers all do
-        self.listening = None if options.burst else Listening(self.types, self.me.id)
-        self.session.listen_at_connect = self.listening is None
         # how often a worker that waits for the listening duty polls (its holder polls for it)
         self._waiter_poll = max(options.poll, options.heartbeat)
         self._duty_tried = float("-inf")  # when the worker last asked for the duty without waiting
@@ -442,6 +442,11 @@ class Worker:
         except BlockingIOError:
             pass
 
+    def _threads_free(self) -> int:
+        """Threads without a run (claimed ahead or running); those whose run just ended count
+        as free."""
+        return self.options.concurrency - len(self.running) + len(self._ending)
+
     def _free_slots(self) -> int:
         return free_slots(self.options.concurrency, len(self.running), self._ahead)
 
@@ -576,7 +581,7 @@ class Worker:
             functools.partial(
                 claims.claim,
                 addressable=self._addressable(),
-                room=self.options.concurrency - len(self.running) + len(self._ending),
+                room=self._threads_free(),
                 ahead_from=ahead_from,
             ),
             self.me.id,
@@ -811,12 +816,12 @@ class Worker:
         """Nothing to do but wait for the listening duty: no run, write or stop in hand."""
         duty = self.listening
         return (
-            duty is not None
+            not self.running
+            and duty is not None
             and not duty.held
             and self.session.listening()
             and self.session.connected()
             and not self.stopping.is_set()
-            and not self.running
             and not self.unsettled
             and not self.requests
             and not self.calls
@@ -866,7 +871,7 @@ class Worker:
             or self.stopping.is_set()
             or not self.session.listening()
             or now - self._duty_tried < self.options.poll
-            or self.options.concurrency - len(self.running) + len(self._ending) <= 0
+            or self._threads_free() <= 0
             or self.caller.full
         ):
             return False

@@ -52,6 +52,7 @@ class Session:
         *,
         deadline: Callable[[], float | None],
         reconnected: Callable[[], None],
+        listen_at_connect: bool = True,
     ) -> None:
         self.dsn = dsn
         self.options = options
@@ -64,7 +65,7 @@ class Session:
         self._reconnected = reconnected
         self._last_refusal: tuple[str, float] = ("", 0.0)
         # LISTEN as soon as connected; off when the listening duty decides (wfctl/worker/listening.py)
-        self.listen_at_connect = True
+        self.listen_at_connect = listen_at_connect
 
     def open(self) -> psycopg.Connection[Any]:
         """Connect (at start: an error is raised, not retried)."""

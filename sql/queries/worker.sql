@@ -419,6 +419,13 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- does not listen (--no-listen, a transaction pooler).
 -- abandoned_calls (migration 0024): the worker's step calls that outlived their timeout and
 -- still run (wfctl/caller.py).
+-- The pool's timer (%(horizon)s > 0 for the worker that listens for its pool, and for one that
+-- hears no wake-ups): one more row, without an id, whose next_due_in says in how many seconds
+-- the first run of its types parked until a time (a sleep, a wait's timeout, a backoff) falls
+-- due within the horizon. Nothing announces such a time; the worker that parked the run sets
+-- an alarm, and this one finds it when that worker stopped or died since. It reads the
+-- runnable index one priority at a time (a loose scan: each level costs one descent), and at
+-- each level only the runs due within the horizon.
 WITH beat AS (
     INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
                          heartbeat_seconds, dead_after_seconds, wake_channel, abandoned_calls)
@@ -430,11 +437,45 @@ WITH beat AS (
         idle = workers.idle AND excluded.wake_channel IS NOT NULL,
         abandoned_calls = excluded.abandoned_calls
     RETURNING id
+),
+touched AS (
+    UPDATE workflows
+    SET updated_at = (SELECT wfctl_now())
+    WHERE lease_owner = %(id)s AND status = 'running'
+    RETURNING id, lease_epoch
+),
+levels AS (
+    SELECT l.priority FROM (
+        WITH RECURSIVE level(priority) AS (
+            (SELECT w.priority FROM workflows w
+             WHERE w.status = 'pending' AND %(horizon)s::float8 > 0
+             ORDER BY w.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT w.priority FROM workflows w
+                    WHERE w.status = 'pending' AND w.priority < v.priority
+                    ORDER BY w.priority DESC LIMIT 1)
+            FROM level v WHERE v.priority IS NOT NULL
+        )
+        SELECT priority FROM level
+    ) AS l
+    WHERE l.priority IS NOT NULL
+),
+due AS (
+    SELECT extract(epoch FROM min(f.run_at) - (SELECT wfctl_now()))::float8 AS next_due_in
+    FROM levels l
+    CROSS JOIN LATERAL (
+        SELECT w.run_at FROM workflows w
+        WHERE w.status = 'pending' AND w.priority = l.priority
+          AND w.run_at > (SELECT wfctl_now())
+          AND w.run_at <= (SELECT wfctl_now()) + make_interval(secs => %(horizon)s::float8)
+          AND w.workflow_type = ANY (%(types)s::text[])
+        ORDER BY w.run_at
+        LIMIT 1
+    ) AS f
 )
-UPDATE workflows
-SET updated_at = (SELECT wfctl_now())
-WHERE lease_owner = %(id)s AND status = 'running'
-RETURNING id, lease_epoch;
+SELECT t.id, t.lease_epoch, NULL::float8 AS next_due_in FROM touched t
+UNION ALL
+SELECT NULL, NULL, d.next_due_in FROM due d WHERE d.next_due_in IS NOT NULL;
 
 -- name: release_owned
 -- Shutdown, runs claimed ahead that found no free thread in time, and runs claimed by a

@@ -21,11 +21,23 @@ from wfctl.queries import q
 
 
 @dataclass(frozen=True)
-class Held:
-    """A workflow the database says this worker runs (worker.heartbeat's rows)."""
+class BeatRow:
+    """A row of worker.heartbeat: a workflow the database says this worker runs, or (without
+    an id) when the first run of its types parked until a time falls due."""
 
-    id: UUID
-    lease_epoch: int
+    id: UUID | None
+    lease_epoch: int | None
+    next_due_in: float | None
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a beat learnt: {workflow id: epoch} of the runs the database says this worker runs,
+    and, for the pool's timer, in how many seconds a parked run of its types falls due (None:
+    none within the horizon, or not asked)."""
+
+    owned: dict[UUID, int]
+    next_due_in: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,12 +63,14 @@ def beat(
     dead_after: float,
     addressable: bool = False,
     abandoned: int = 0,
-) -> dict[UUID, int]:
+    horizon: float = 0.0,
+) -> Beat:
     """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds,
     and how many step calls that outlived their timeout still run in it, ``abandoned``) and the
-    ``updated_at`` of its running workflows, in one statement. Returns
-    {workflow id: epoch} of the workflows the database says this worker runs."""
-    with conn.cursor(row_factory=class_row(Held)) as cur:
+    ``updated_at`` of its running workflows, in one statement. With a ``horizon`` (seconds;
+    the pool's timer), also look for the first run of ``types`` parked until a time that falls
+    due within it."""
+    with conn.cursor(row_factory=class_row(BeatRow)) as cur:
         rows = cur.execute(
             q("worker.heartbeat"),
             {
@@ -70,9 +84,12 @@ def beat(
                 "dead_after": dead_after,
                 "addressable": addressable,
                 "abandoned": abandoned,
+                "horizon": horizon,
             },
         ).fetchall()
-    return {row.id: row.lease_epoch for row in rows}
+    owned = {row.id: row.lease_epoch for row in rows if row.id is not None and row.lease_epoch is not None}
+    due = [row.next_due_in for row in rows if row.id is None and row.next_due_in is not None]
+    return Beat(owned, min(due, default=None))
 
 
 def stopped(conn: psycopg.Connection[Any], me: Identity) -> None:

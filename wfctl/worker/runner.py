@@ -37,7 +37,6 @@ import threading
 import time
 from collections import deque
 from typing import Any
-from uuid import UUID
 
 import psycopg
 
@@ -76,6 +75,7 @@ from wfctl.worker.transactions import TransactionPool
 
 __all__ = ["GaveUp", "Worker", "WorkerOptions"]
 
+TIMER_BEATS = 2  # the pool's timer looks this many heartbeats ahead for parked runs falling due
 ALARM_SLACK = 0.01  # seconds after a parked or backing-off run's due time that the worker claims
 
 
@@ -701,7 +701,14 @@ class Worker:
                 for request in group:
                     request.abort(exc)
 
-    def _beat_once(self, conn: psycopg.Connection[Any]) -> dict[UUID, int]:
+    def _keeps_timer(self) -> bool:
+        """Whether this worker is its pool's timer: it listens for the pool (or hears no
+        wake-ups, as a --burst worker or one behind a transaction pooler), so its beats look
+        for parked runs falling due that an alarm of their own may no longer announce."""
+        duty = self.listening
+        return duty is None or duty.held or not self.session.listening()
+
+    def _beat_once(self, conn: psycopg.Connection[Any]) -> heartbeat.Beat:
         return heartbeat.beat(
             conn,
             self.me,
@@ -711,16 +718,22 @@ class Worker:
             dead_after=self.options.dead_after,
             addressable=self.session.listening(),
             abandoned=self.caller.abandoned,
+            horizon=TIMER_BEATS * self.options.heartbeat if self._keeps_timer() else 0.0,
         )
 
     def _beat(self) -> None:
         """The heartbeat duty: beat, then reconcile what the database says this worker runs
         with what it holds (wfctl/worker/reconcile.py)."""
         sent = time.monotonic()
-        owned = self.session.guarded("heartbeat", self._beat_once)
-        if owned is None:
+        beat = self.session.guarded("heartbeat", self._beat_once)
+        if beat is None:
             self.leases.beat_finished(sent, ok=False)
             return
+        owned = beat.owned
+        if beat.next_due_in is not None:
+            # a run parked until a time that falls due before the next beats: the worker that
+            # parked it set an alarm, unless it stopped or died since; claim when it is due
+            self.poll.alarm(sent + beat.next_due_in + ALARM_SLACK)
         self.last_beat_ok = time.monotonic()
         if self.health_file is not None:
             problem = self.health_file.touch()

@@ -84,11 +84,16 @@ ORDER BY total DESC, workflow_type;
 -- Running workflows whose owner is gone: its heartbeat (and the run's updated_at) is older than
 -- --stale (by default: than the owner's own dead_after, as the sweep judges it), it shut down,
 -- or it has no workers row. Not limited to the window: a run stuck for days is still stuck.
--- step_name is the name of the last checkpointed step (current_step), NULL before the first.
+-- step_name is the name of the last checkpointed step (current_step), NULL before the first;
+-- step_in_flight the step the run was in when its worker went silent (the next one), and
+-- step_in_flight_name its name when an earlier try of it left a 'retrying' row (else NULL: a
+-- step's name is written with its result).
 SELECT w.id,
        w.workflow_type,
        w.current_step,
        s.step_name,
+       w.current_step + 1 AS step_in_flight,
+       f.step_name AS step_in_flight_name,
        w.attempt,
        w.lease_owner,
        CASE
@@ -103,6 +108,7 @@ SELECT w.id,
 FROM workflows w
 LEFT JOIN workers k ON k.id = w.lease_owner
 LEFT JOIN workflow_steps s ON s.workflow_id = w.id AND s.step_number = w.current_step
+LEFT JOIN workflow_steps f ON f.workflow_id = w.id AND f.step_number = w.current_step + 1
 WHERE w.status = 'running'
   AND (k.id IS NULL OR k.stopped_at IS NOT NULL
        OR (k.heartbeat_at < (SELECT wfctl_now()) - coalesce(%(stale)s::interval, make_interval(secs => k.dead_after_seconds))

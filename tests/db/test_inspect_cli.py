@@ -38,7 +38,7 @@ def test_stats_tables(wfctl, dsn, filled):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Success rate by workflow type, created in the last 24h" in out
-    assert "Stuck runs" in out and str(filled["stuck"]) in out and "1 validate" in out
+    assert "Stuck runs" in out and str(filled["stuck"]) in out and "2 (after 1 validate)" in out
     assert "Slowest steps" in out and "charge_card" in out
     # the only message: the pending workflow of a type no live worker runs
     weird = 'weird "type" \\ here'
@@ -72,6 +72,18 @@ def test_stats_empty_window_is_one_line_and_valid_json(wfctl, dsn):
     assert result.stderr.strip().splitlines() == ["wfctl: no workflows were created in the last 24h"]
     data = json.loads(wfctl("stats", "--dsn", dsn, "--json").stdout)
     assert (data["success_rate"], data["stuck"], data["slow_steps"]) == ([], [], [])
+
+
+def test_the_stuck_table_names_a_step_in_flight_that_an_earlier_try_named(wfctl, dsn, conn):
+    now = db_now(conn)
+    worker(conn, now, "dead-host:11:bb", silent=timedelta(minutes=20))
+    stuck = workflow(conn, now, status="running", lease_owner="dead-host:11:bb", current_step=1)
+    step(conn, stuck, 1, "validate", start=now - timedelta(minutes=50), seconds=0.1)
+    step(conn, stuck, 2, "charge_card", start=now - timedelta(minutes=49), seconds=1, status="retrying")
+    result = wfctl("stats", "--dsn", dsn)
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if str(stuck)[:8] in line)
+    assert "2 charge_card" in line and "after" not in line
 
 
 def test_stats_stuck_runs_show_even_when_the_window_is_empty(wfctl, dsn, conn):

@@ -121,18 +121,34 @@ def test_recover_refuses_a_threshold_shorter_than_a_live_workers_rule(cli, dsn, 
     assert cli("recover", "--stale", "29s", "--dry-run", "--dsn", dsn).exit_code == 2  # dry runs too
     assert rows(dsn, "SELECT status, lease_epoch FROM workflows WHERE id = %s", stuck) == [("running", 0)]
     assert cli("recover", "--stale", "30s", "--dsn", dsn).stdout == ""  # long enough: allowed
-    assert cli("recover", "--dsn", dsn).exit_code == 0  # the default, 5m
 
     forced = cli("recover", "--stale", "2s", "--force", "--dsn", dsn)
     assert forced.exit_code == 0 and forced.stdout.startswith(f"requeued {stuck} order")
     assert rows(dsn, "SELECT status, lease_epoch FROM workflows WHERE id = %s", stuck) == [("pending", 1)]
-    # the default threshold is guarded too: a live worker that beats every 5 minutes
+    # without --stale each worker is judged by its own rule: nothing to guard, nothing taken
+    # from a live worker that beats every 5 minutes
     recorded_worker(conn, "batch:4:d", silent=60, every=300, dead_after=900)
+    slow = workflow(conn, now, status="running", lease_owner="batch:4:d", updated_at=now - timedelta(hours=1))
     default = cli("recover", "--dsn", dsn)
-    assert default.exit_code == 2 and default.stderr.startswith(
-        "wfctl: error: --stale 5m is shorter than the 15m of silence after which live worker batch:4:d "
-        "(heartbeat every 5m) counts as dead"
-    )
+    assert (default.exit_code, default.stdout, default.stderr) == (0, "", "")
+    assert rows(dsn, "SELECT status FROM workflows WHERE id = %s", slow) == [("running",)]
+
+
+def test_recover_without_stale_takes_exactly_the_runs_stats_calls_stuck(cli, dsn, conn):
+    recorded_worker(conn, "fast:1:a", silent=5, every=1, dead_after=3)  # dead by its own rule
+    recorded_worker(conn, "slow:2:b", silent=5, every=10, dead_after=30)  # live: between two beats
+    now = db_now(conn)
+    old = now - timedelta(minutes=10)
+    dead = workflow(conn, now, status="running", lease_owner="fast:1:a", updated_at=old, current_step=2)
+    workflow(conn, now, status="running", lease_owner="slow:2:b", updated_at=old)
+    listed = json.loads(cli("stats", "--dsn", dsn, "--json").stdout)["stuck"]
+    assert [r["id"] for r in listed] == [str(dead)]
+    assert (listed[0]["step_in_flight"], listed[0]["current_step"]) == (3, 2)
+    dry = json.loads(cli("recover", "--dry-run", "--json", "--dsn", dsn).stdout)
+    assert [r["id"] for r in dry if r["action"] == "recovered"] == [str(dead)]
+    done = cli("recover", "--dsn", dsn)
+    assert done.exit_code == 0 and done.stdout.startswith(f"requeued {dead} ")
+    assert json.loads(cli("stats", "--dsn", dsn, "--json").stdout)["stuck"] == []
 
 
 def test_the_guard_counts_workers_from_before_the_recorded_interval_as_five_minutes(cli, dsn, conn):

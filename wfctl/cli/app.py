@@ -4,6 +4,7 @@ errors become a single line on stderr and an exit code."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from wfctl.cli import completion, coordination, demo, inspect, manage, render, s
 from wfctl.cli import db as db_commands
 from wfctl.cli import limits as limit_commands
 from wfctl.cli import schedules as schedule_commands
-from wfctl.cli.clicompat import UsageError
+from wfctl.cli.clicompat import Context, HelpFormatter, UsageError
 from wfctl.cli.common import ConfigOpt, DsnOpt, GlobalOptions
 from wfctl.connection import scrub, translate
 from wfctl.errors import WfctlError
@@ -29,6 +30,16 @@ def _debug_enabled(args: Sequence[str]) -> bool:
     return "--debug" in args or os.environ.get("WFCTL_DEBUG", "") not in ("", "0")
 
 
+def _json_requested(args: Sequence[str]) -> bool:
+    """``--json`` among the options (before a ``--``): an error is then a JSON object too."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
 def _secrets_in(args: Sequence[str]) -> list[str]:
     found = [a for a in args if "=" in a or "://" in a]
     if os.environ.get("WFCTL_DSN"):
@@ -36,8 +47,41 @@ def _secrets_in(args: Sequence[str]) -> list[str]:
     return found
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of a command's help, whole, on one line: what the overview shows."""
+    flat = " ".join(text.split())
+    found = re.match(r"(.+?[.!?])(?:\s|$)", flat)
+    return found.group(1) if found else flat
+
+
 class WfctlGroup(TyperGroup):
     """Runs a command and turns every failure into ``wfctl: error: ...`` and an exit code."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        """Registration order, but a command sits just before its plural (``schedule`` before
+        ``schedules``, as ``limit`` before ``limits``)."""
+        names = super().list_commands(ctx)
+        ordered: list[str] = []
+        for name in names:
+            if name in ordered:
+                continue
+            single = name[:-1]
+            if name.endswith("s") and single in names and single not in ordered:
+                ordered.append(single)
+            ordered.append(name)
+        return ordered
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """The commands with the first sentence of each one's help, whole (not cut at the width)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            rows.append((name, first_sentence(command.help or command.short_help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(
         self,
@@ -51,6 +95,7 @@ class WfctlGroup(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         debug = _debug_enabled(argv)
         code: int
+        message: str | None = None
         try:
             rv = super().main(
                 argv,
@@ -67,21 +112,21 @@ class WfctlGroup(TyperGroup):
             hint = ""
             if exc.ctx is not None:
                 hint = f" (see `{exc.ctx.command_path} --help`)"
-            render.error(scrub(exc.format_message(), *_secrets_in(argv)) + hint)
+            message = scrub(exc.format_message(), *_secrets_in(argv)) + hint
             code = exc.exit_code
         except (typer.Abort, KeyboardInterrupt):
-            render.error("interrupted")
+            message = "interrupted"
             code = exits.INTERRUPTED
         except WfctlError as exc:
             if debug:
                 traceback.print_exc()
-            render.error(scrub(str(exc), *_secrets_in(argv)))
+            message = scrub(str(exc), *_secrets_in(argv))
             code = exits.code_for(exc)
         except psycopg.Error as exc:
             if debug:
                 traceback.print_exc()
             wrapped = translate(exc)
-            render.error(scrub(str(wrapped), *_secrets_in(argv)))
+            message = scrub(str(wrapped), *_secrets_in(argv))
             code = exits.code_for(wrapped)
         except UnicodeError as exc:
             # a string from the command line or the environment holding bytes that are not UTF-8
@@ -91,16 +136,21 @@ class WfctlGroup(TyperGroup):
             where = ""
             if isinstance(exc, UnicodeEncodeError):
                 where = f" ({exc.object[exc.start : exc.end]!r} at character {exc.start})"
-            render.error(f"an argument or environment variable is not valid UTF-8{where}")
+            message = f"an argument or environment variable is not valid UTF-8{where}"
             code = exits.USAGE
         except Exception as exc:
             if debug:
                 traceback.print_exc()
-            render.error(
+            message = (
                 f"internal error: {type(exc).__name__}: {scrub(str(exc), *_secrets_in(argv))}"
                 " (run with --debug for a traceback, and please report it)"
             )
             code = exits.INTERNAL
+        if message is not None:
+            if _json_requested(argv):
+                render.error_json(message, code)
+            else:
+                render.error(message)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -130,7 +180,11 @@ def _global(
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: Annotated[
-        bool, typer.Option("--json", help="JSON on stdout, for every command that reports.")
+        bool,
+        typer.Option(
+            "--json",
+            help="JSON on stdout, for every command that reports; an error: one JSON object on stderr.",
+        ),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also WFCTL_DEBUG=1).")] = False,
     version: Annotated[

@@ -82,8 +82,8 @@ def send(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Send a message to a workflow, by its ID or by --to-key: its ctx.recv(TOPIC) returns the
-    payload."""
+    """Send a message to a workflow. Its ctx.recv(TOPIC) returns the payload; the workflow
+    is named by its ID or by --to-key."""
     if to_key is not None and payload is None:  # `send --to-key KEY TOPIC [JSON]`: no ID given
         workflow_id, topic, payload = None, workflow_id, topic
     given = workflow_named(workflow_id, to_key, key_option="--to-key")
@@ -157,8 +157,9 @@ def wait(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Wait until a workflow (by its ID or by --key) finishes; print its output as JSON (exit 0),
-    or exit 11 (failed), 12 (cancelled), 13 (--timeout passed)."""
+    """Wait until a workflow finishes and print its output. The workflow is named by its ID
+    or by --key; its output is printed as JSON (exit 0), or the command exits 11 (failed), 12
+    (cancelled) or 13 (--timeout passed)."""
     session = Session.create(dsn, config, json)
     given = workflow_named(workflow_id, key)
     seconds = _seconds(timeout, "--timeout")

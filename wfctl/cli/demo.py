@@ -19,8 +19,9 @@ def demo_command(
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Install the schema, run a few dozen demo orders (one fails and retries, one loses its
-    worker to SIGKILL and is resumed by the other worker), then show what happened."""
+    """Run a few dozen demo orders through two workers and show what happened. It installs
+    the schema first; one order fails and retries, one loses its worker to SIGKILL and is resumed
+    by the other worker."""
     if not 1 <= orders <= 1000:
         raise InvalidInput("--orders must be between 1 and 1000")
     session = Session.create(dsn, config)

@@ -170,9 +170,9 @@ def show(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """One workflow, by its ID or by --key: its row, what it waits for, its deadline, input,
-    output and error, a timeline of its steps, its attempts, its parent and children, its
-    events and messages."""
+    """One workflow, its steps and its attempts. The workflow is named by its ID or by --key:
+    its row, what it waits for, its deadline, input, output and error, a timeline of its steps,
+    its attempts, its parent and children, its events and messages."""
     ident = workflow_named(workflow_id, key)
     session = Session.create(dsn, config, json)
     with session.connect_reports(replica, quiet=session.json) as conn:
@@ -205,8 +205,8 @@ def workers(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Registered workers, live ones first: host, pid, heartbeat age and interval, workflows
-    running, step calls abandoned at their timeout. Dead: it missed its heartbeats (its
+    """Registered workers, live ones first. For each: host, pid, heartbeat age and interval,
+    workflows running, step calls abandoned at their timeout. Dead: it missed its heartbeats (its
     interval times its missed beats)."""
     threshold = _stale(stale)
     session = Session.create(dsn, config, json)
@@ -274,8 +274,8 @@ def metrics(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Prometheus text format on stdout, or with --output into a file for node_exporter's
-    textfile collector (from cron). Every output ends with the gauge
+    """Metrics in Prometheus text format. On stdout, or with --output into a file for
+    node_exporter's textfile collector (from cron). Every output ends with the gauge
     wfctl_metrics_generated_timestamp_seconds: when the database cannot be read, nothing is
     written, the command exits non-zero, and that gauge's age shows the file is stale."""
     threshold, window = _stale(stale), _duration(since, "--since")

@@ -102,8 +102,8 @@ def limit(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Set a workflow type's limits at run time, without a deploy (stored in the database; workers
-    apply them from their next claim). Without options, show the type's limits."""
+    """Set a workflow type's limits at run time, without a deploy. They are stored in the
+    database; workers apply them from their next claim. Without options, show the type's limits."""
     session = Session.create(dsn, config, json)
     check_type(workflow_type)
     given = concurrency is not None or per_key is not None or rate is not None
@@ -136,8 +136,8 @@ def limits_(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """List the workflow types with limits in force: the value and who set it (code or `wfctl
-    limit`), with what runs now."""
+    """List the workflow types with limits in force. For each limit: the value and who set it
+    (code or `wfctl limit`), with what runs now."""
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         found = limits.list_limits(conn)

@@ -20,8 +20,9 @@ def cancel(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Cancel a workflow (by its ID or by --key) and its unfinished descendants (child
-    workflows, theirs, ...): pending ones at once, running ones at their next step boundary."""
+    """Cancel a workflow and its unfinished descendants. The workflow is named by its ID or by
+    --key; its child workflows, theirs, and so on are cancelled with it: pending ones at once,
+    running ones at their next step boundary."""
     session = Session.create(dsn, config, json)
     given = workflow_named(workflow_id, key)
     validate.check_text(reason, "--reason")
@@ -73,8 +74,9 @@ def retry(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Put a failed or cancelled workflow (by its ID or by --key) back to pending, with its
-    attempt counter reset (and the descendants a cancel of it took with it)."""
+    """Put a failed or cancelled workflow back to pending. The workflow is named by its ID or
+    by --key; its attempt counter is reset, and the descendants a cancel of it took with it go
+    back too."""
     session = Session.create(dsn, config, json)
     given = workflow_named(workflow_id, key)
     with session.connect() as conn:
@@ -103,8 +105,8 @@ def prune(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Delete old finished workflows and their steps, in batches, and worker rows stopped since
-    before the cutoff (silent when nothing is old)."""
+    """Delete old finished workflows, their steps and old worker rows. In batches; the worker
+    rows are those stopped since before the cutoff; silent when nothing is old."""
     session = Session.create(dsn, config, json)
     age = parse_duration(older_than, what="--older-than", allow_zero=False)
     statuses = words.parse_statuses(status, words.FINISHED)

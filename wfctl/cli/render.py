@@ -64,6 +64,12 @@ def error(message: str) -> None:
     )
 
 
+def error_json(message: str, code: int) -> None:
+    """Under ``--json``: the error as one JSON object on stderr, ``{"error": ..., "exit_code": ...}``."""
+    sys.stderr.write(json.dumps({"error": message, "exit_code": code}, ensure_ascii=False) + "\n")
+    sys.stderr.flush()
+
+
 def warn(message: str) -> None:
     console = _err()
     console.print(

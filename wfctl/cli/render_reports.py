@@ -113,15 +113,25 @@ def stats_report(report: StatsReport, since: str, stale: str | None) -> None:
         notice(f"no completed steps yet in the workflows created in the last {since}")
 
 
+def step_in_flight(row: dict[str, Any]) -> str:
+    """The step a stuck run was in: its number and name when known, else what it followed."""
+    number = row["step_in_flight"]
+    if row.get("step_in_flight_name"):
+        return f"{number} {row['step_in_flight_name']}"
+    if row.get("step_name"):
+        return f"{number} (after {row['current_step']} {row['step_name']})"
+    return str(number)
+
+
 def stuck_table(rows: Sequence[dict[str, Any]], title: str) -> None:
     table(
         title,
-        ["id", "type", "step", "attempt", "owner", "owner state", "silent for"],
+        ["id", "type", "step in flight", "attempt", "owner", "owner state", "silent for"],
         [
             (
                 r["id"],
                 r["workflow_type"],
-                f"{r['current_step']} {r['step_name']}" if r["step_name"] else r["current_step"],
+                step_in_flight(r),
                 r["attempt"],
                 r["lease_owner"],
                 styled(r["owner_state"]),

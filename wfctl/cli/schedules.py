@@ -160,9 +160,9 @@ def delete(name: NameArg, dsn: DsnOpt = None, config: ConfigOpt = None, json: Js
 
 
 def list_schedules(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) -> None:
-    """List the schedules: type, cron expression and zone, next and last tick (in the
-    schedule's zone), paused or active, and where each comes from (code or cli); --json adds
-    the last tick's run id and each schedule's input."""
+    """List the schedules. For each: type, cron expression and zone, next and last tick (in the
+    schedule's zone), paused or active, and where it comes from (code or cli); --json adds the
+    last tick's run id and each schedule's input."""
     session = Session.create(dsn, config, json)
     with session.connect() as conn:
         found = schedules.list_schedules(conn)
@@ -205,8 +205,8 @@ def tick(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Fire every schedule tick that is due, once (for system cron where no worker runs all the
-    time; live workers do it themselves): one line per run submitted, nothing when none was due."""
+    """Fire every schedule tick that is due, once. For system cron where no worker runs all the
+    time (live workers do it themselves): one line per run submitted, nothing when none was due."""
     session = Session.create(dsn, config, json)
     session.quiet = quiet
     with session.connect() as conn:

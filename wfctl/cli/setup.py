@@ -89,7 +89,7 @@ def init(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Install or upgrade the wfctl schema; write wfctl.toml when none is found.
+    """Install or upgrade the wfctl schema. It writes wfctl.toml when none is found.
 
     Safe to run several at once and to re-run: an up-to-date database is left unchanged.
     """

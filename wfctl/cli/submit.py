@@ -75,7 +75,8 @@ def submit(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Enqueue workflows; print the new id (one per line for --input-file) on stdout."""
+    """Enqueue workflows and print their ids. One id per line on stdout (one line per input
+    line with --input-file)."""
     session = Session.create(dsn, config, json)
     if input_json is not None and input_file is not None:
         raise InvalidInput("give the input either as JSON or with --input-file, not both")

@@ -110,7 +110,8 @@ def worker(
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Run workflows: claim, execute, checkpoint, until SIGTERM (or, with --burst, no work)."""
+    """Run workflows until SIGTERM. It claims, executes and checkpoints them (with --burst, until
+    no work is left)."""
     session = Session.create(dsn, config)
     session.may_create = True
     session.quiet = quiet
@@ -160,8 +161,15 @@ def worker(
 
 def recover(
     stale: Annotated[
-        str, typer.Option("--stale", help="Requeue runs whose worker's heartbeat is older than this.")
-    ] = "5m",
+        str | None,
+        typer.Option(
+            "--stale",
+            help="Requeue runs whose worker's heartbeat is older than this (30s, 5m, ...). Default: "
+            "each worker's own heartbeat interval times its missed beats, as the workers' sweep and "
+            "`wfctl stats` judge it.",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be recovered; change nothing.")
     ] = False,
@@ -177,14 +185,18 @@ def recover(
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Requeue running workflows whose worker died, and fail the workflows whose deadline
-    passed (for cron: silent when there is nothing to do). Live workers do both themselves (the
+    """Requeue the runs of dead workers and fail the runs past their deadline. For cron: silent
+    when there is nothing to do. Live workers do both themselves (the
     sweep, the deadline duty); this is for cron and for deployments without long-lived workers."""
     session = Session.create(dsn, config, json)
-    threshold = parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
+    threshold = (
+        None
+        if stale is None
+        else parse_duration(stale, what="--stale", allow_zero=False, minimum=MIN_STALE_SECONDS)
+    )
     expired: list[recovery.Expired] = []
     with session.connect() as conn:
-        if not force:
+        if threshold is not None and not force:
             recovery.check_threshold(conn, threshold)
         rows = recovery.recover(conn, threshold, dry_run=dry_run)
         try:

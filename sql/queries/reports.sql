@@ -334,13 +334,17 @@ ORDER BY a.lease_epoch;
 -- name: workflow_steps
 -- The step timeline: offsets from the workflow's first claim (its creation if never claimed).
 -- tries (migration 0024): how many tries the step's function took; a retrying step (its run
--- parked until the next try) says when that try is due.
+-- parked until the next try) says when that try is due. sleeping_until: the sleep the run is
+-- parked in now, until when (its row is written when the sleep starts; it has not ended).
 SELECT s.step_number,
        s.step_name,
        s.status,
        s.attempt,
        s.tries,
        CASE WHEN s.status = 'retrying' THEN (s.output_data ->> 'next_try_at')::timestamptz END AS next_try_at,
+       CASE WHEN s.step_name = 'sleep' AND s.step_number = w.current_step AND w.status = 'pending'
+                 AND w.wait_kind = 'sleep' AND w.run_at > (SELECT wfctl_now())
+            THEN w.run_at END AS sleeping_until,
        s.started_at,
        s.completed_at,
        round(extract(epoch FROM s.started_at - coalesce(w.started_at, w.created_at))::numeric, 3)

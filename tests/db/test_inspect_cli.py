@@ -175,6 +175,52 @@ def test_show_json(wfctl, dsn, filled):
     assert data["workflow"]["error_message"] == "card declined" and data["steps"] == []
 
 
+def test_show_of_a_run_in_its_sleep_does_not_call_the_sleep_completed(wfctl, dsn, conn):
+    now = db_now(conn)
+    wake = now + timedelta(hours=2)
+    parked = workflow(
+        conn, now, status="pending", current_step=2, wait_kind="sleep", run_at=wake, started_at=now
+    )
+    step(conn, parked, 1, "charge", start=now - timedelta(minutes=5), seconds=1)
+    step(
+        conn,
+        parked,
+        2,
+        "sleep",
+        start=now - timedelta(minutes=4),
+        seconds=0,
+        output_data=json.dumps({"wake_at": wake.isoformat()}),
+    )
+    out = wfctl("show", str(parked), "--dsn", dsn).stdout
+    sleep_line = next(line for line in out.splitlines() if "│ sleep " in line)
+    assert "sleeping, until" in sleep_line and "completed" not in sleep_line
+    assert json.loads(wfctl("show", str(parked), "--json", "--dsn", dsn).stdout)["steps"][1]["sleeping_until"]
+    # once the sleep's time has passed it is over, whether or not a worker took the run yet
+    conn.execute("UPDATE workflows SET run_at = now() - interval '1 second' WHERE id = %s", (parked,))
+    out = wfctl("show", str(parked), "--dsn", dsn).stdout
+    assert "completed" in next(line for line in out.splitlines() if "│ sleep " in line)
+
+
+def test_show_of_a_run_that_goes_on_puts_an_earlier_attempts_error_under_it(wfctl, dsn, conn):
+    now = db_now(conn)
+    retrying = workflow(
+        conn, now, status="pending", attempt=2, max_retries=3, error_message="ValueError: card declined"
+    )
+    conn.execute(
+        "INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at, ended_at,"
+        " outcome, last_step, error) VALUES (%s, 1, 1, 'w:1:a', now() - interval '1 minute', now(),"
+        " 'error', 0, 'ValueError: card declined')",
+        (retrying,),
+    )
+    out = wfctl("show", str(retrying), "--dsn", dsn).stdout
+    assert "Error of attempt 1 (the run goes on, in attempt 2)" in out
+    assert "\nError\n" not in f"\n{out}"
+    # finished: the error is the run's own
+    conn.execute("UPDATE workflows SET status = 'failed', finished_at = now() WHERE id = %s", (retrying,))
+    out = wfctl("show", str(retrying), "--dsn", dsn).stdout
+    assert "\nError\n" in f"\n{out}" and "Error of attempt" not in out
+
+
 def test_show_errors(wfctl, dsn):
     malformed = wfctl("show", "not-a-uuid", "--dsn", dsn)
     assert malformed.exit_code == 2 and "not a UUID" in malformed.stderr

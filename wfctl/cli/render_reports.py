@@ -25,6 +25,7 @@ from wfctl.durations import format_duration
 from wfctl.printable import printable
 from wfctl.reports import StatsReport, WorkflowDetail
 from wfctl.waits import WAITING
+from wfctl.words import FINISHED, PENDING
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -235,7 +236,15 @@ def workflow_detail(
             continue
         heading(label)
         json_block(value)
-    if w["error_message"]:
+    if w["error_message"] and w["status"] not in FINISHED:
+        # the run goes on: the error is an earlier attempt's (the attempts table has it too)
+        failed = [a for a in detail.attempts if a["error"] and a["attempt"] < w["attempt"]]
+        which = f"attempt {failed[-1]['attempt']}" if failed else "an earlier attempt"
+        heading(f"Error of {which} (the run goes on, in attempt {w['attempt']})", style="yellow")
+        text_block(w["error_message"])
+        if traceback and w["error_traceback"]:
+            text_block(w["error_traceback"])
+    elif w["error_message"]:
         heading("Error", style="bold red")
         text_block(w["error_message"], style="red")
         if traceback and w["error_traceback"]:
@@ -296,7 +305,11 @@ def _steps_table(detail: WorkflowDetail, w: dict[str, Any]) -> None:
 
 
 def _step_status(step: dict[str, Any]) -> Any:
-    """A step's status; a retrying one's with the time of its next try."""
+    """A step's status; a retrying one's with the time of its next try; a sleep the run is
+    parked in, with its end (its row is written when it starts: it is not completed yet)."""
+    if step.get("sleeping_until") is not None:
+        until = step["sleeping_until"].astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return plain(f"sleeping, until {until}", style=STATUS_STYLES.get(PENDING, ""))
     if step.get("next_try_at") is None:
         return styled(step["status"])
     due = step["next_try_at"].astimezone().strftime("%Y-%m-%d %H:%M:%S")

@@ -16,7 +16,18 @@ import typer
 from typer.core import TyperGroup
 
 from wfctl import __version__, exits
-from wfctl.cli import completion, coordination, demo, inspect, manage, render, setup, submit, worker
+from wfctl.cli import (
+    candidates,
+    completion,
+    coordination,
+    demo,
+    inspect,
+    manage,
+    render,
+    setup,
+    submit,
+    worker,
+)
 from wfctl.cli import db as db_commands
 from wfctl.cli import limits as limit_commands
 from wfctl.cli import schedules as schedule_commands
@@ -210,6 +221,7 @@ schedule_commands.register(app)
 inspect.register(app)
 demo.register(app)
 completion.register(app)
+candidates.register(app)
 app.add_typer(db_commands.app, name="db")
 
 

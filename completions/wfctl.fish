@@ -35,7 +35,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from schedule; and not __fish_seen_
 complete -c wfctl -n '__fish_seen_subcommand_from schedule; and not __fish_seen_subcommand_from add delete pause resume trigger' -a trigger -d 'Submit one run of a schedule now (also when paused), with now as "scheduled_at"; print'
 complete -c wfctl -n '__fish_use_subcommand' -l dsn -x -d 'PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables'
 complete -c wfctl -n '__fish_use_subcommand' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else the nearest wfctl.toml here or above)'
-complete -c wfctl -n '__fish_use_subcommand' -l json -d 'JSON on stdout, for every command that reports; an error: one JSON object on stderr'
+complete -c wfctl -n '__fish_use_subcommand' -l json -d 'JSON on stdout, for every command that reports; messages on stderr as JSON objects too'
 complete -c wfctl -n '__fish_use_subcommand' -l debug -d 'Show tracebacks (also WFCTL_DEBUG=1)'
 complete -c wfctl -n '__fish_use_subcommand' -l version -d 'Print the version'
 complete -c wfctl -n '__fish_use_subcommand' -l help -s h -d 'Show help and exit'

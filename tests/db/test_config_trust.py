@@ -89,9 +89,9 @@ def test_a_file_others_may_write_to_is_refused_unless_named(cli, clean_env, dsn)
     assert (result.exit_code, result.stderr) == (3, refusal(config, "every user may write to it (mode 0646)"))
     named = cli("list", "--json", "--config", str(config))
     assert (named.exit_code, named.stdout) == (0, "[]\n"), named.output
-    assert named.stderr == (
-        f"wfctl: warning: {config} may be changed by every user (mode 0646): run `chmod go-w {config}`\n"
-    )
+    assert json.loads(named.stderr) == {  # --json: the warning is a JSON object too
+        "warning": f"{config} may be changed by every user (mode 0646): run `chmod go-w {config}`"
+    }
 
 
 def test_the_search_looks_in_a_shared_directory_but_not_above_it(clean_env, monkeypatch):
@@ -122,9 +122,9 @@ def test_db_status_says_which_config_even_when_refused_or_unreachable(cli, clean
     config.write_text(f"[database]\ndsn = '{dsn}'\n")
     unreachable = cli("db", "status", "--json")
     assert (unreachable.exit_code, unreachable.stdout) == (4, ""), unreachable.output
-    said, error = unreachable.stderr.splitlines()
-    assert said == f"wfctl: config: {config} (found in the current directory); database: {mask_dsn(dsn)}"
-    assert error.startswith("wfctl: error: cannot connect to ")
+    said, error = (json.loads(line) for line in unreachable.stderr.splitlines())  # --json: JSON lines
+    assert said == {"notice": f"config: {config} (found in the current directory); database: {mask_dsn(dsn)}"}
+    assert error["error"].startswith("cannot connect to ") and error["exit_code"] == 4
 
     config.chmod(0o666)
     sub = clean_env / "sub"
@@ -132,7 +132,10 @@ def test_db_status_says_which_config_even_when_refused_or_unreachable(cli, clean
     monkeypatch.chdir(sub)
     refused = cli("db", "status", "--json")
     assert (refused.exit_code, refused.stdout) == (3, ""), refused.output
-    assert refused.stderr == (
-        f"wfctl: config: {config} (found in a parent directory of {sub}; refused: every user may "
-        "write to it (mode 0666))\n" + refusal(config, "every user may write to it (mode 0666)")
-    )
+    said, error = (json.loads(line) for line in refused.stderr.splitlines())
+    assert said == {
+        "notice": f"config: {config} (found in a parent directory of {sub}; refused: every user may "
+        "write to it (mode 0666))"
+    }
+    expected = refusal(config, "every user may write to it (mode 0666)")
+    assert error == {"error": expected.removeprefix("wfctl: error: ").rstrip("\n"), "exit_code": 3}

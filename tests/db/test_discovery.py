@@ -55,7 +55,7 @@ def test_a_command_in_a_subdirectory_uses_the_project_database(cli, dsn, clean_e
     assert rows(dsn, "SELECT id::text FROM workflows") == [(wid,)]
     listed = cli("list", "--json")
     assert listed.exit_code == 0, listed.output
-    assert listed.stderr == f"wfctl: using {config} (found in a parent directory)\n"
+    assert json.loads(listed.stderr) == {"notice": f"using {config} (found in a parent directory)"}
     assert [w["id"] for w in json.loads(listed.stdout)] == [wid]
     assert not (deep / ".wfctl").exists() and not (deep / "wfctl.toml").exists()
 
@@ -175,8 +175,8 @@ def test_inside_a_package_a_configured_database_is_fine(cli, dsn, clean_env, hom
     # and the project's config, found above the package, is used from inside it
     config = write_dsn_config(clean_env, dsn)
     listed = cli("list", "--json")
-    said = f"wfctl: using {config} (found in a parent directory)\n"
-    assert (listed.exit_code, listed.stdout, listed.stderr) == (0, "[]\n", said), listed.output
+    said = {"notice": f"using {config} (found in a parent directory)"}  # --json: a JSON line
+    assert (listed.exit_code, listed.stdout, json.loads(listed.stderr)) == (0, "[]\n", said), listed.output
 
 
 def test_data_dir_reasons(clean_env, home, monkeypatch):

@@ -56,3 +56,13 @@ def test_a_json_value_after_a_double_dash_is_not_the_option(cli, dsn):
     result = cli("--dsn", dsn, "submit", "no-such-type", "--", "--json")
     assert result.exit_code != 0
     assert result.stderr.startswith("wfctl: error: ")
+
+
+def test_under_json_a_notice_on_stderr_is_an_object_too(cli, clean_env):
+    """The notice naming the database wfctl chose, before the error: both JSON lines."""
+    (clean_env / "wfctl.toml").write_text("[database]\ndsn = 'host=127.0.0.1 port=1 dbname=x user=u'\n")
+    result = cli("db", "status", "--json")
+    assert (result.exit_code, result.stdout) == (exits.CONNECTION, "")
+    notice, error = (json.loads(line) for line in result.stderr.splitlines())
+    assert set(notice) == {"notice"} and "database:" in notice["notice"]
+    assert error["exit_code"] == exits.CONNECTION

@@ -1313,10 +1313,18 @@ def run_row(
     debug = "--debug" in args
     output = result.stdout + result.stderr
     assert result.exit_code == row.code, output[-2000:]
-    assert row.fragment in result.stderr, result.stderr[-2000:]
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    said = result.stderr
+    if as_json and row.code != 0 and not debug:
+        # under --json the error is one JSON object on stderr
+        [only] = result.stderr.splitlines()
+        found = json.loads(only)
+        assert found["exit_code"] == row.code, only
+        said = found["error"]
+    assert row.fragment in said, result.stderr[-2000:]
     if row.code != 0:
         assert result.stdout == "", "an error printed something on stdout"
-        if not debug:
+        if not debug and not as_json:
             lines = result.stderr.splitlines()
             assert len(lines) == 1 and result.stderr.endswith("\n"), result.stderr[-2000:]
             assert lines[0].startswith("wfctl: error: ")

@@ -42,7 +42,8 @@ def _debug_enabled(args: Sequence[str]) -> bool:
 
 
 def _json_requested(args: Sequence[str]) -> bool:
-    """``--json`` among the options (before a ``--``): an error is then a JSON object too."""
+    """``--json`` among the options (before a ``--``): every message on stderr is then a JSON
+    object too (render.json_stderr)."""
     for arg in args:
         if arg == "--":
             return False
@@ -105,6 +106,7 @@ class WfctlGroup(TyperGroup):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         debug = _debug_enabled(argv)
+        render.json_stderr(_json_requested(argv))
         code: int
         message: str | None = None
         try:
@@ -158,10 +160,7 @@ class WfctlGroup(TyperGroup):
             )
             code = exits.INTERNAL
         if message is not None:
-            if _json_requested(argv):
-                render.error_json(message, code)
-            else:
-                render.error(message)
+            render.failure(message, code)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -194,7 +193,7 @@ def _global(
         bool,
         typer.Option(
             "--json",
-            help="JSON on stdout, for every command that reports; an error: one JSON object on stderr.",
+            help="JSON on stdout, for every command that reports; messages on stderr as JSON objects too.",
         ),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also WFCTL_DEBUG=1).")] = False,

@@ -56,21 +56,48 @@ def _out() -> Console:
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=PIPE_WIDTH if piped else None)
 
 
+class _Stderr:
+    """How this command writes its messages on stderr: prose lines, or (``--json``) one JSON
+    object per message, so that a script reading stderr never meets prose."""
+
+    json = False
+
+
+def json_stderr(on: bool) -> None:
+    """Messages on stderr as JSON objects from now on (``--json``), or as prose lines."""
+    _Stderr.json = on
+
+
+def _json_line(**fields: object) -> None:
+    # ASCII only: whatever a message quotes (a hostile type name, say) reaches no terminal raw
+    sys.stderr.write(json.dumps(fields) + "\n")
+    sys.stderr.flush()
+
+
 def error(message: str) -> None:
     """One line on stderr; red on a terminal."""
+    if _Stderr.json:
+        _json_line(error=message)
+        return
     console = _err()
     console.print(
         plain(f"wfctl: error: {message}", keep="\n\t", style="bold red" if console.is_terminal else "")
     )
 
 
-def error_json(message: str, code: int) -> None:
-    """Under ``--json``: the error as one JSON object on stderr, ``{"error": ..., "exit_code": ...}``."""
-    sys.stderr.write(json.dumps({"error": message, "exit_code": code}, ensure_ascii=False) + "\n")
-    sys.stderr.flush()
+def failure(message: str, code: int) -> None:
+    """The error that ends the command: one line of prose, or under ``--json`` one JSON object,
+    ``{"error": ..., "exit_code": ...}``."""
+    if _Stderr.json:
+        _json_line(error=message, exit_code=code)
+    else:
+        error(message)
 
 
 def warn(message: str) -> None:
+    if _Stderr.json:
+        _json_line(warning=message)
+        return
     console = _err()
     console.print(
         plain(f"wfctl: warning: {message}", keep="\n\t", style="yellow" if console.is_terminal else "")
@@ -78,6 +105,9 @@ def warn(message: str) -> None:
 
 
 def notice(message: str) -> None:
+    if _Stderr.json:
+        _json_line(notice=message)
+        return
     _err().print(plain(f"wfctl: {message}", keep="\n\t"))
 
 

@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0024, in
+-- The wfctl schema as the migrations leave it: the partitioned layout, after migration 0025, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -231,6 +231,7 @@ CREATE INDEX idx_workflows_status ON ONLY public.workflows USING btree (status, 
 CREATE INDEX workflows_created_idx ON ONLY public.workflows USING btree (created_at);
 CREATE INDEX workflows_deadline_idx ON ONLY public.workflows USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND ((status)::text = ANY (ARRAY[('pending'::character varying)::text, ('running'::character varying)::text])));
 CREATE INDEX workflows_finished_brin ON ONLY public.workflows USING brin (finished_at);
+CREATE INDEX workflows_finished_idx ON ONLY public.workflows USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 CREATE INDEX workflows_idempotency_idx ON ONLY public.workflows USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL);
 CREATE INDEX workflows_keyed_pending_idx ON ONLY public.workflows USING btree (workflow_type, concurrency_key, priority DESC, run_at) WHERE (((status)::text = 'pending'::text) AND (concurrency_key IS NOT NULL));
 CREATE INDEX workflows_parent_idx ON ONLY public.workflows USING btree (parent_id) WHERE (parent_id IS NOT NULL);

@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0024, in
+-- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0025, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -238,6 +238,7 @@ CREATE TABLE workflows (
 CREATE INDEX idx_workflows_status ON public.workflows USING btree (status, created_at);
 CREATE INDEX workflows_created_idx ON public.workflows USING btree (created_at);
 CREATE INDEX workflows_deadline_idx ON public.workflows USING btree (deadline_at) WHERE ((deadline_at IS NOT NULL) AND ((status)::text = ANY ((ARRAY['pending'::character varying, 'running'::character varying])::text[])));
+CREATE INDEX workflows_finished_idx ON public.workflows USING btree (finished_at) WHERE (finished_at IS NOT NULL);
 CREATE INDEX workflows_keyed_pending_idx ON public.workflows USING btree (workflow_type, concurrency_key, priority DESC, run_at) WHERE (((status)::text = 'pending'::text) AND (concurrency_key IS NOT NULL));
 CREATE INDEX workflows_parent_idx ON public.workflows USING btree (parent_id) WHERE (parent_id IS NOT NULL);
 CREATE INDEX workflows_runnable_idx ON public.workflows USING btree (priority DESC, run_at, id) WHERE ((status)::text = 'pending'::text);

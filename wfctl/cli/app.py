@@ -26,6 +26,7 @@ from wfctl.cli import (
     render,
     setup,
     submit,
+    top,
     worker,
 )
 from wfctl.cli import db as db_commands
@@ -218,6 +219,7 @@ coordination.register(app)
 limit_commands.register(app)
 schedule_commands.register(app)
 inspect.register(app)
+top.register(app)
 demo.register(app)
 completion.register(app)
 candidates.register(app)

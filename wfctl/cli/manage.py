@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 import typer
 
@@ -39,18 +40,22 @@ def cancel(
             }
         )
         return
+    render.notice(cancelled_text(wid, done))
+
+
+def cancelled_text(wid: UUID, done: control.Cancelled) -> str:
+    """What ``wfctl cancel`` says it did, in one line (``wfctl top`` says the same)."""
     if done.previous_status == words.RUNNING:
-        render.notice(
+        return (
             f"cancelled {wid}{_descendants(done)}: its worker {done.worker} stops it at the next "
             "step boundary and commits nothing more for it"
         )
-    elif any(d.previous_status == words.RUNNING for d in done.descendants):
-        render.notice(
+    if any(d.previous_status == words.RUNNING for d in done.descendants):
+        return (
             f"cancelled {wid} (it was pending){_descendants(done)}: their workers stop the running "
             "ones at their next step boundary and commit nothing more for them"
         )
-    else:
-        render.notice(f"cancelled {wid} (it was pending){_descendants(done)}")
+    return f"cancelled {wid} (it was pending){_descendants(done)}"
 
 
 def _descendants(done: control.Cancelled) -> str:
@@ -87,9 +92,14 @@ def retry(
             {"id": str(wid), "resumes_after_step": done.kept_steps, "descendants": done.descendants}
         )
     else:
-        noun = "descendant" if done.descendants == 1 else "descendants"
-        revived = f", with {done.descendants} {noun} cancelled with it" if done.descendants else ""
-        render.notice(f"retrying {wid}: pending again, resuming after step {done.kept_steps}{revived}")
+        render.notice(retried_text(wid, done))
+
+
+def retried_text(wid: UUID, done: control.Retried) -> str:
+    """What ``wfctl retry`` says it did, in one line (``wfctl top`` says the same)."""
+    noun = "descendant" if done.descendants == 1 else "descendants"
+    revived = f", with {done.descendants} {noun} cancelled with it" if done.descendants else ""
+    return f"retrying {wid}: pending again, resuming after step {done.kept_steps}{revived}"
 
 
 def prune(

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -49,9 +49,15 @@ def _err() -> Console:
     return Console(file=sys.stderr, highlight=False, soft_wrap=True)
 
 
+#: Where ``drawn`` sends what the reports draw on stdout while it runs (else None: stdout).
+_drawing: Console | None = None
+
+
 def _out() -> Console:
     from rich.console import Console
 
+    if _drawing is not None:
+        return _drawing
     piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, width=PIPE_WIDTH if piped else None)
 
@@ -318,6 +324,27 @@ def progress(description: str, total: int) -> Any:
 
 def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
+
+
+def drawn(draw: Callable[[], None], width: int) -> Text:
+    """What ``draw`` prints on stdout (a report of render_reports.py), drawn ``width`` cells
+    wide, as a Rich Text with its styles: ``wfctl top`` shows ``wfctl show``'s report so."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    global _drawing
+    buffer = io.StringIO()
+    previous, _drawing = (
+        _drawing,
+        Console(file=buffer, width=width, force_terminal=True, color_system="truecolor", highlight=False),
+    )
+    try:
+        draw()
+    finally:
+        _drawing = previous
+    return Text.from_ansi(buffer.getvalue())
 
 
 def raw(text: str) -> None:

@@ -344,6 +344,17 @@ class TopApp(App[int]):
             self.screen.say(line, error=error)
         self.say(line, error=error)
 
+    def screen_text(self) -> str:
+        """The screen as plain text, as ``export_screenshot`` draws it (for the docs' capture)."""
+        import io
+
+        from rich.console import Console
+
+        width, height = self.size
+        console = Console(width=width, height=height, file=io.StringIO(), record=True, force_terminal=True)
+        console.print(self.screen._compositor.render_update(full=True))
+        return console.export_text()
+
     async def action_quit(self) -> None:
         self.exit(0)
 

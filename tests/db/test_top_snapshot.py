@@ -29,8 +29,13 @@ def test_the_snapshot_counts_each_state_per_type_and_the_last_ten_minutes_of_com
     assert {w["id"]: w["state"] for w in snap.workers} == {LIVE: "live", DEAD: "dead", STOPPED: "stopped"}
     assert [(row.workflow_type, row.effective().concurrency) for row in snap.limits] == [("order", 1)]
     assert [str(r["id"]) for r in snap.failures] == [str(seeded.failed)]
-    assert {(r["workflow_type"], r["step_name"]) for r in snap.slow_steps} == {("order", "charge"), ("mail", "charge")}
+    assert {(r["workflow_type"], r["step_name"]) for r in snap.slow_steps} == {
+        ("order", "charge"),
+        ("mail", "charge"),
+    }
     assert snap.replica is None
+    standby = take(conn, standby=True).replica
+    assert standby is not None and standby.standby is False  # the test server is a primary
 
 
 def test_a_type_filter_narrows_every_pane_to_that_type(conn):
@@ -42,10 +47,5 @@ def test_a_type_filter_narrows_every_pane_to_that_type(conn):
     assert len(snap.workers) == 3  # workers run every type
 
 
-def test_the_parked_columns_are_the_wait_kinds(conn):
-    assert PARKED_KINDS == tuple(kind.value for kind in WAIT_KINDS)
-
-
-def test_a_snapshot_on_a_standby_says_how_current_it_is(conn):
-    snap = take(conn, standby=True)
-    assert snap.replica is not None and snap.replica.standby is False  # the test server is a primary
+def test_the_parked_columns_are_the_wait_kinds():
+    assert tuple(kind.value for kind in WAIT_KINDS) == PARKED_KINDS

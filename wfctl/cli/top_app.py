@@ -276,7 +276,7 @@ class TopApp(App[int]):
             except Exception as exc:
                 self.say(one_line(exc), error=True)
                 return
-        self.source.workflow_type = answer or None
+        self.source.filter(answer or None)
         self.say(f"showing {answer}" if answer else "showing every type")
         await self.refresh_now()
 

@@ -200,7 +200,7 @@ def steps_pane(snap: Snapshot) -> Pane:
                 render.seconds(r["max_seconds"]),
             ],
         )
-        for r in snap.slow_steps
+        for r in snap.slow_steps or []
     ]
     return Pane(
         "steps",

@@ -61,7 +61,7 @@ class Snapshot:
     workflow_type: str | None  # the type filter, None: every type
     types: list[TypeRow]
     stuck: list[Row]  # reports.stuck
-    slow_steps: list[Row]  # reports.stats' slow_steps over ``since``
+    slow_steps: list[Row] | None  # reports.stats' slow_steps over ``since``; None: not read
     workers: list[Row]  # reports.workers
     limits: list[limits.LimitRow]  # limits.list_limits: the types with a limit in force
     failures: list[Row]  # reports.list_workflows: the newest failed runs
@@ -93,14 +93,22 @@ def take(
     stale: timedelta | None = None,
     since: timedelta = DEFAULT_SINCE,
     standby: bool = False,
+    slow_steps: bool = True,
 ) -> Snapshot:
     """Everything one refresh shows, read in one read-only (REPEATABLE READ) transaction, of
     one type (``workflow_type``) or all. ``stale`` judges workers as ``wfctl stats --stale``
     (None: each by its own heartbeat); ``since`` is the window of the slowest steps;
-    ``standby``: the connection is to a standby, and the snapshot says how current it is."""
+    ``standby``: the connection is to a standby, and the snapshot says how current it is.
+    Without ``slow_steps`` the slowest steps are not read (``slow_steps`` is None): they cost
+    more than everything else together (reports.stats over the window), and change slowly."""
     with conn.transaction():
         conn.execute(q("reports.snapshot"))
-        stats = reports.stats(conn, since=since, stale=stale, workflow_type=workflow_type)
+        if slow_steps:
+            stats = reports.stats(conn, since=since, stale=stale, workflow_type=workflow_type)
+            as_of, stuck, steps = stats.as_of, stats.stuck, stats.slow_steps
+        else:
+            stuck, steps = reports.stuck(conn, stale=stale, workflow_type=workflow_type), None
+            as_of = _rows(conn, "reports.as_of", {})[0]["as_of"]
         filtered = {"workflow_type": workflow_type}
         states = _rows(conn, "top.type_states", filtered)
         window = {**filtered, "window": interval_text(WINDOW), "bucket": BUCKET_SECONDS}
@@ -110,11 +118,11 @@ def take(
         workers = reports.workers(conn, stale=stale)
         status = replica.status(conn) if standby else None
     return Snapshot(
-        as_of=stats.as_of,
+        as_of=as_of,
         workflow_type=workflow_type,
         types=type_rows(states, finished),
-        stuck=stats.stuck,
-        slow_steps=stats.slow_steps,
+        stuck=stuck,
+        slow_steps=steps,
         workers=workers,
         limits=found_limits,
         failures=failures,

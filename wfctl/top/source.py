@@ -6,7 +6,9 @@ tries again at its next refresh."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,6 +21,8 @@ from wfctl.connection import translate
 from wfctl.top.snapshot import DEFAULT_SINCE, Snapshot, take
 
 Conn = psycopg.Connection[Any]
+#: How often, in seconds, a refresh reads the slowest steps again (the costliest read).
+STEPS_EVERY = 30.0
 T = TypeVar("T")
 
 
@@ -32,13 +36,17 @@ class Source:
     stale: timedelta | None = None
     since: timedelta = DEFAULT_SINCE
     standby: bool = False
+    steps_every: float = STEPS_EVERY
     conn: Conn | None = None
+    _steps: tuple[float, list[dict[str, Any]]] | None = field(default=None, repr=False)
     _turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self) -> Snapshot:
         """A snapshot; a wfctl error (ConnectionFailed, SchemaError ...) when it cannot be read,
         the connection closed so that the next call opens a new one."""
         with self._turn:
+            now = time.monotonic()
+            due = self._steps is None or now - self._steps[0] >= self.steps_every
             found: Snapshot = self._guarded(
                 lambda conn: take(
                     conn,
@@ -46,9 +54,19 @@ class Source:
                     stale=self.stale,
                     since=self.since,
                     standby=self.standby,
+                    slow_steps=due,
                 )
             )
+            if found.slow_steps is not None:
+                self._steps = (now, found.slow_steps)
+            elif self._steps is not None:
+                found = dataclasses.replace(found, slow_steps=self._steps[1])
             return found
+
+    def filter(self, workflow_type: str | None) -> None:
+        """Show only ``workflow_type`` (None: every type) from the next snapshot on."""
+        with self._turn:
+            self.workflow_type, self._steps = workflow_type, None
 
     def check_type(self, workflow_type: str) -> None:
         """InvalidInput unless wfctl knows the type (``limits.check_known``: registered by a

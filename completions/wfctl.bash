@@ -2,8 +2,8 @@
 _wfctl() {
     local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
     local path="" i w skip=0 candidate matched npos=0 first="" kind="" k
-    local -a known=("cancel" "completion" "db" "db partition" "db start" "db status" "db stop" "db url" "demo" "event" "init" "limit" "limits" "list" "metrics" "prune" "recover" "retry" "schedule" "schedule add" "schedule delete" "schedule pause" "schedule resume" "schedule trigger" "schedules" "send" "show" "stats" "submit" "tick" "wait" "worker" "workers")
-    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --grant-read --grant-submit --grant-worker --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --replica --schema --since --stale --status --timeout --to-key --type --types --tz --wait -c -o "
+    local -a known=("cancel" "completion" "db" "db partition" "db start" "db status" "db stop" "db url" "demo" "event" "init" "limit" "limits" "list" "metrics" "prune" "recover" "retry" "schedule" "schedule add" "schedule delete" "schedule pause" "schedule resume" "schedule trigger" "schedules" "send" "show" "stats" "submit" "tick" "top" "wait" "worker" "workers")
+    local takes_value=" --app --burst-wait --concurrency --concurrency-key --config --delay --dsn --from-step --grace --grant --grant-read --grant-submit --grant-worker --health-file --health-host --health-port --heartbeat --input --input-file --key --limit --log-format --max-retries --max-types --missed-beats --older-than --orders --output --partition-interval --per-key --poll --priority --rate --reason --refresh --replica --schema --since --stale --status --timeout --to-key --type --types --tz --wait -c -o "
     for ((i = 1; i < COMP_CWORD; i++)); do
         w="${COMP_WORDS[i]}"
         if ((skip)); then skip=0; continue; fi
@@ -52,7 +52,7 @@ _wfctl() {
     fi
     local opts="" cmds=""
     case "$path" in
-        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo event init limit limits list metrics prune recover retry schedule schedules send show stats submit tick wait worker workers" ;;
+        "") opts="--dsn --config --json --debug --version --help -h"; cmds="cancel completion db demo event init limit limits list metrics prune recover retry schedule schedules send show stats submit tick top wait worker workers" ;;
         "cancel") opts="--key --reason --dsn --config --json --help -h"; cmds="" ;;
         "completion") opts="--help -h"; cmds="" ;;
         "db") opts="--help -h"; cmds="partition start status stop url" ;;
@@ -83,6 +83,7 @@ _wfctl() {
         "stats") opts="--since --stale --type --replica --dsn --config --json --help -h"; cmds="" ;;
         "submit") opts="--input-file --key --delay --priority --timeout --max-retries --concurrency-key --strict --dsn --config --json --help -h"; cmds="" ;;
         "tick") opts="--quiet -q --dsn --config --json --help -h"; cmds="" ;;
+        "top") opts="--refresh --type --since --stale --replica --dsn --config --help -h"; cmds="" ;;
         "wait") opts="--key --timeout --dsn --config --json --help -h"; cmds="" ;;
         "worker") opts="--app --concurrency -c --types --heartbeat --grace --poll --burst --burst-wait --missed-beats --no-sweep --health-port --health-host --health-file --no-listen --log-format --quiet -q --dsn --config --help -h"; cmds="" ;;
         "workers") opts="--stale --replica --dsn --config --json --help -h"; cmds="" ;;

@@ -29,6 +29,7 @@ EXPECTED: dict[str, frozenset[str]] = {
     "show": ALL,
     "workers": ALL,
     "metrics": ALL,
+    "top": NO_JSON,  # a live view for people; `stats --json` is the report for scripts
     "cancel": ALL,
     "retry": ALL,
     "prune": ALL,

@@ -24,7 +24,7 @@ PACKAGE = HERE.parent / "wfctl"
 CLI = "wfctl.cli"
 ENTRY_POINTS = {"wfctl.__main__"}  # may import the CLI: they are above it
 LIBRARY = ("wfctl", "wfctl.aio")  # what applications import
-CLI_PACKAGES = frozenset({"typer", "rich", "click"})  # what only the CLI may import
+CLI_PACKAGES = frozenset({"typer", "rich", "click", "textual"})  # what only the CLI may import
 
 
 def module_name(path: Path, root: Path) -> str:

@@ -20,7 +20,7 @@ complete -c wfctl -n __fish_use_subcommand -a show -d 'One workflow, its steps a
 complete -c wfctl -n __fish_use_subcommand -a stats -d 'Success rate and run time per workflow type, stuck runs, and the slowest steps'
 complete -c wfctl -n __fish_use_subcommand -a submit -d 'Enqueue workflows and print their ids. One id per line on stdout (one line per input'
 complete -c wfctl -n __fish_use_subcommand -a tick -d 'Fire every schedule tick that is due, once. For system cron where no worker runs all the'
-complete -c wfctl -n __fish_use_subcommand -a top -d 'A live view: completions per second per type with the last ten minutes, runs running,'
+complete -c wfctl -n __fish_use_subcommand -a top -d 'A live view of runs, workers, limits and steps, read again every --refresh. It shows'
 complete -c wfctl -n __fish_use_subcommand -a wait -d 'Wait until a workflow finishes and print its output. The workflow is named by its ID'
 complete -c wfctl -n __fish_use_subcommand -a worker -d 'Run workflows until SIGTERM. It claims, executes and checkpoints them (with --burst, until'
 complete -c wfctl -n __fish_use_subcommand -a workers -d 'Registered workers, live ones first. For each: host, pid, heartbeat age and interval,'

@@ -35,10 +35,11 @@ def top(
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """A live view: completions per second per type with the last ten minutes, runs running,
-    pending and parked, stuck runs, workers and their load, limits, the slowest steps (over
-    --since). Keys: Tab moves between panes, / filters by type, Enter opens a run, c and r
-    cancel and retry it (on the primary), q quits."""
+    """A live view of runs, workers, limits and steps, read again every --refresh. It shows
+    completions per second per type with the last ten minutes, runs running, pending and parked,
+    stuck runs, workers and their load, limits, the slowest steps (over --since). Keys: Tab
+    moves between panes, / filters by type, Enter opens a run, c and r cancel and retry it (on
+    the primary), q quits."""
     every = parse_duration(refresh, what="--refresh duration", allow_zero=False, minimum=MIN_REFRESH_SECONDS)
     window, threshold = _duration(since, "--since"), _stale(stale)
     _type_filter(workflow_type)

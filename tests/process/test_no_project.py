@@ -40,6 +40,7 @@ REFUSING: dict[tuple[str, ...], tuple[str, ...]] = {
     ("show",): (ID,),
     ("workers",): (),
     ("metrics",): (),
+    ("top",): (),
     ("schedule", "add"): ("nightly", "three", "0 3 * * *"),
     ("schedule", "pause"): ("nightly",),
     ("schedule", "resume"): ("nightly",),
@@ -51,7 +52,7 @@ REFUSING: dict[tuple[str, ...], tuple[str, ...]] = {
 #: Commands that may create the embedded server.
 MAY_CREATE = {("init",), ("demo",), ("worker",), ("db", "start")}
 #: Commands that report on the embedded server without starting it, or need no database.
-NO_DATABASE = {("db", "status"), ("db", "stop"), ("completion",)}
+NO_DATABASE = {("db", "status"), ("db", "stop"), ("completion",), ("complete-values",)}
 
 
 def app_commands() -> set[tuple[str, ...]]:

@@ -236,17 +236,16 @@ def workflow_detail(
             continue
         heading(label)
         json_block(value)
-    if w["error_message"] and w["status"] not in FINISHED:
-        # the run goes on: the error is an earlier attempt's (the attempts table has it too)
-        failed = [a for a in detail.attempts if a["error"] and a["attempt"] < w["attempt"]]
-        which = f"attempt {failed[-1]['attempt']}" if failed else "an earlier attempt"
-        heading(f"Error of {which} (the run goes on, in attempt {w['attempt']})", style="yellow")
-        text_block(w["error_message"])
-        if traceback and w["error_traceback"]:
-            text_block(w["error_traceback"])
-    elif w["error_message"]:
-        heading("Error", style="bold red")
-        text_block(w["error_message"], style="red")
+    if w["error_message"]:
+        if w["status"] in FINISHED:
+            heading("Error", style="bold red")
+            text_block(w["error_message"], style="red")
+        else:
+            # the run goes on: the error is an earlier attempt's (the attempts table has it too)
+            failed = [a for a in detail.attempts if a["error"] and a["attempt"] < w["attempt"]]
+            which = f"attempt {failed[-1]['attempt']}" if failed else "an earlier attempt"
+            heading(f"Error of {which} (the run goes on, in attempt {w['attempt']})", style="yellow")
+            text_block(w["error_message"])
         if traceback and w["error_traceback"]:
             text_block(w["error_traceback"])
         elif w["error_traceback"]:

@@ -40,7 +40,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, dict_row
 from psycopg.types.json import set_json_loads
 
-from wfctl import client, control, coordination, keys, operator, reports, storedjson
+from wfctl import client, control, coordination, keys, operator, reports, storedjson, tracing
 from wfctl.connection import connecting, dsn_target, pooled, search_path_refused, translate
 from wfctl.control import Cancelled, Retried
 from wfctl.coordination import Do
@@ -78,13 +78,15 @@ async def submit(
     params = client.submit_params(
         workflow_type, encode_input(input), key, delay, priority, max_retries, timeout, concurrency_key
     )
-    async with _connection(target) as conn:
-        with client.database_errors():
-            for _ in range(client.SUBMIT_TRIES):
-                found = client.submitted(await _fetchone(conn, "client.submit", params))
-                if found is not None:
-                    return found.id
-    raise client.unseen_key(key)
+    with tracing.submitting(workflow_type) as traced:
+        async with _connection(target) as conn:
+            with client.database_errors():
+                for _ in range(client.SUBMIT_TRIES):
+                    found = client.submitted(await _fetchone(conn, "client.submit", params))
+                    if found is not None:
+                        traced.submitted(found.id, found.created)
+                        return found.id
+        raise client.unseen_key(key)
 
 
 async def send(
@@ -105,10 +107,13 @@ async def send(
     ``NotFound``, a finished workflow ``InvalidState``, a ``to_key`` that several runs share
     ``InvalidState`` (the partitioned layout only); nothing is stored then."""
     message = coordination.Message.of(workflow_id, topic, coordination.encode_payload(payload), key, to_key)
-    async with _connection(target) as conn:
-        with coordination.database_errors():
-            wid = await _run_id(conn, message.given, message.to_key)
-            return coordination.sent(await _fetchone(conn, "coordination.send", message.params(wid)), wid).id
+    with tracing.sending(message.topic) as traced:
+        async with _connection(target) as conn:
+            with coordination.database_errors():
+                wid = await _run_id(conn, message.given, message.to_key)
+                traced.submitted(wid)
+                row = await _fetchone(conn, "coordination.send", message.params(wid))
+                return coordination.sent(row, wid).id
 
 
 async def get_event(

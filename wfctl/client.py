@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors as pg_errors
 
-from wfctl import limits
+from wfctl import limits, tracing
 from wfctl.connection import connect, translate
 from wfctl.durations import Duration, as_seconds, parse_duration, timeout_message, timeout_seconds
 from wfctl.errors import InvalidInput, InvalidState
@@ -121,12 +121,13 @@ def submit_one(
     params = submit_params(
         workflow_type, input_json, key, delay, priority, max_retries, timeout, concurrency_key
     )
-    with _connection(conn_or_dsn) as conn, database_errors():
+    with tracing.submitting(workflow_type) as traced, _connection(conn_or_dsn) as conn, database_errors():
         for _ in range(SUBMIT_TRIES):
             found = submitted(conn.execute(q("client.submit"), params).fetchone())
             if found is not None:
+                traced.submitted(found.id, found.created)
                 return found
-    raise unseen_key(key)
+        raise unseen_key(key)
 
 
 def submit_params(
@@ -201,7 +202,7 @@ def submit_many(
         "inputs": list(inputs_json),
         **_run_params(delay, priority, max_retries, timeout, concurrency_key),
     }
-    with database_errors():
+    with tracing.submitting(workflow_type, count=len(inputs_json)), database_errors():
         rows = conn.execute(q("client.submit_many"), params).fetchall()
     return [r[0] for r in rows]
 

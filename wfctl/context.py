@@ -33,6 +33,7 @@ from wfctl.journal import (
 from wfctl.operations import WAIT_STEP, Op, operation, recv_step_name
 from wfctl.steps import StepOptions, options_of
 from wfctl.testing import MemoryJournal
+from wfctl.tracing import RunTracing
 from wfctl.tries import failure_of, next_delay, tries_before
 from wfctl.words import COMPLETED
 
@@ -78,6 +79,7 @@ class Context:
         journal: Journal,
         *,
         dont_retry: tuple[type[BaseException], ...] = (),
+        tracing: RunTracing | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         self.workflow_type = workflow_type
@@ -88,6 +90,8 @@ class Context:
         self._dont_retry = dont_retry
         self._next = 0
         self._inside: str | None = None  # the transactional step whose fn is running, if any
+        # the execution's spans (wfctl/tracing.py); None, as a rule: tracing is off
+        self._tracing = tracing
 
     def step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` as step ``name``; on replay return its stored result.
@@ -106,15 +110,35 @@ class Context:
         if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
+        if self._tracing is None:
+            return self._run_step(number, name, stored, options, fn, args, kwargs)
+        with self._tracing.step(number, name):
+            return self._run_step(number, name, stored, options, fn, args, kwargs)
+
+    def _run_step(
+        self,
+        number: int,
+        name: str,
+        stored: RecordedStep | None,
+        options: StepOptions,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> T:
+        """Step ``number``'s tries, then its checkpoint (``step``, once it is to run)."""
         started = self._journal.now()
         refused = _step_name_problem(name)
         if refused is not None:  # the database would refuse its checkpoint: do not run it
             raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), started)
         made = tries_before(stored, self.attempt)
+        tracing = self._tracing if options.retries else None  # a span per try: steps with retries
         while True:  # the tries: the first one returns, as a rule
             made += 1
             try:
-                result = self._journal.call(name, fn, args, kwargs, options)
+                if tracing is None:
+                    result = self._journal.call(name, fn, args, kwargs, options)
+                else:
+                    result = tracing.attempt(name, made, self._journal.call, name, fn, args, kwargs, options)
                 break
             except Exception as raised:
                 self._failed_try(number, name, options, raised, made, started)
@@ -193,6 +217,20 @@ class Context:
         if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
         self._journal.boundary()
+        if self._tracing is None:
+            return self._run_transaction(number, name, stored, options, fn)
+        with self._tracing.step(number, name, "transaction"):
+            return self._run_transaction(number, name, stored, options, fn)
+
+    def _run_transaction(
+        self,
+        number: int,
+        name: str,
+        stored: RecordedStep | None,
+        options: StepOptions,
+        fn: Callable[[Any], T],
+    ) -> T:
+        """Transactional step ``number``'s tries, each with its checkpoint."""
         refused = _step_name_problem(name)
         if refused is not None:
             raise StepFailed(number, name[:MAX_STEP_NAME], ValueError(refused), self._journal.now())
@@ -215,10 +253,14 @@ class Context:
         # each try: fn and the checkpoint in one transaction (fn raised: nothing was committed);
         # the journal gives the stored JSON value, untyped: fn's result as a replay returns it
         made = tries_before(stored, self.attempt)
+        tracing = self._tracing if options.retries else None  # a span per try: steps with retries
         while True:
             made += 1
             try:
-                return cast(T, self._journal.transaction(number, name, call, made))
+                if tracing is None:
+                    return cast(T, self._journal.transaction(number, name, call, made))
+                tried = tracing.attempt(name, made, self._journal.transaction, number, name, call, made)
+                return cast(T, tried)
             except _Unstorable as error:  # a bug, as for ctx.step: the attempt fails
                 raise StepFailed(number, name, error, started) from error
             except Exception as error:

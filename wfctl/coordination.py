@@ -25,7 +25,7 @@ from uuid import UUID
 import psycopg
 from psycopg import errors as pg_errors
 
-from wfctl import keys, storedjson
+from wfctl import keys, storedjson, tracing
 from wfctl.client import _connection
 from wfctl.connection import behind_pooler, translate
 from wfctl.context import check_label
@@ -133,8 +133,9 @@ def send_json(
     wrote the message it returned: a concurrent send with the same key may have stored it
     first)."""
     message = Message.of(workflow_id, topic, payload_json, key, to_key)
-    with _connection(conn_or_dsn) as conn, database_errors():
+    with tracing.sending(message.topic) as traced, _connection(conn_or_dsn) as conn, database_errors():
         wid = keys.run_id(conn, message.given, message.to_key)
+        traced.submitted(wid)
         return sent(conn.execute(q("coordination.send"), message.params(wid)).fetchone(), wid)
 
 

@@ -96,6 +96,9 @@ class Claimed:
     #: value Python cannot read (wfctl/storedjson.py): the worker fails it at once, without
     #: retries, and the rest of the batch runs. None: it can be run.
     unreadable: str | None = None
+    #: The W3C trace context stored with the run at its submit (wfctl/tracing.py): the parent of
+    #: this execution's span when tracing is on. None: no submit traced it.
+    trace_context: str | None = None
 
     @property
     def ahead(self) -> bool:

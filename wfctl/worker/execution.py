@@ -36,6 +36,7 @@ from wfctl.errors import PermanentError, StepError, WaitTimeout
 from wfctl.operations import Op, operation
 from wfctl.registry import WorkflowType
 from wfctl.steps import StepOptions
+from wfctl.tracing import RunTracing, run_tracing
 from wfctl.tries import SHORT_BACKOFF, WAIT_SLICE, next_try
 from wfctl.worker.calls import Call
 from wfctl.worker.checkpoints import Kind, Request, storable_text
@@ -431,11 +432,33 @@ class Execution:
         return request.ok
 
     def run(self) -> None:
+        """Run the workflow to its end (or its park, release, loss) and record how it ended; in
+        a span of its own when tracing is on (wfctl/tracing.py)."""
+        tracing = run_tracing()
+        if tracing is None:
+            self._run(None)
+            return
+        c = self.claimed
+        with tracing.execution(
+            c.id, c.workflow_type, c.attempt, c.epoch, c.current_step, c.trace_context
+        ) as span:
+            self._run(tracing)
+            tracing.outcome(span, self.outcome)
+
+    def _run(self, tracing: RunTracing | None) -> None:
         c = self.claimed
         fields: RunFields = {"type": c.workflow_type, "attempt": c.attempt}
         self._log.event("started", self.id, **fields)
         began = time.monotonic()
-        ctx = Context(c.id, c.workflow_type, c.input, c.attempt, self, dont_retry=self.workflow.dont_retry)
+        ctx = Context(
+            c.id,
+            c.workflow_type,
+            c.input,
+            c.attempt,
+            self,
+            dont_retry=self.workflow.dont_retry,
+            tracing=tracing,
+        )
         if self.lost:  # recovered or cancelled while it waited for a thread
             self._lost(began)
             return
@@ -465,6 +488,8 @@ class Execution:
             if parked.wake_at is not None:
                 self.due_in = max(0.0, (parked.wake_at - self.now()).total_seconds())
             until = parked.wake_at.isoformat(timespec="seconds") if parked.wake_at else None
+            if tracing is not None:
+                tracing.parked(parked.waiting_for, parked.wake_at)
             self._log.event("parked", self.id, waiting_for=parked.waiting_for, until=until, **fields)
         except Released:
             if self._write("release", terminal=True):

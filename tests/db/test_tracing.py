@@ -1,0 +1,170 @@
+"""OpenTelemetry spans (wfctl/tracing.py) of a submit, of the executions of its run in this
+process (the worker's own code: a claim and an ``Execution``), of its steps and of their tries,
+into the SDK's in-memory exporter; parks and wake-ups; and the trace a run keeps across them.
+(A real worker process continuing a submit's trace: tests/process/test_tracing_processes.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import fakeclock
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from support import executions
+
+import wfctl
+from wfctl import tracing
+from wfctl.registry import Registry
+
+AT = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+REGISTRY = Registry()
+tried: list[int] = []
+
+
+class Flaky(Exception):
+    pass
+
+
+@wfctl.step(retries=2, retry_base=0.01, retry_cap=0.02)
+def flaky(order: str) -> str:
+    tried.append(1)
+    if len(tried) == 1:
+        raise Flaky(f"first try of {order} failed")
+    return f"charged {order}"
+
+
+@wfctl.workflow("traced", max_retries=0, registry=REGISTRY)
+def traced(ctx: wfctl.Context, data: Any) -> Any:
+    ctx.step("reserve", lambda: "reserved")
+    return ctx.step("charge", flaky, data["order"])
+
+
+@wfctl.workflow("napping", max_retries=0, registry=REGISTRY)
+def napping(ctx: wfctl.Context, data: Any) -> Any:
+    ctx.step("before", lambda: 1)
+    ctx.sleep("1h")
+    return ctx.step("after", lambda: 2)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    tried.clear()
+    try:
+        yield exporter
+    finally:
+        tracing.use(None)
+        provider.shutdown()
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+def one(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
+    [span] = named(exporter, name)
+    return span
+
+
+def test_a_run_has_spans_for_its_execution_steps_and_tries(dsn, spans):
+    wid = wfctl.submit(dsn, "traced", {"order": "o-1"})
+    execution = executions.execute(dsn, REGISTRY)
+    assert execution.outcome == "completed"
+
+    submit = one(spans, "wfctl.submit traced")
+    assert submit.kind == SpanKind.PRODUCER
+    assert submit.attributes == {
+        "wfctl.workflow.type": "traced",
+        "wfctl.workflow.id": str(wid),
+        "wfctl.submit.created": True,
+    }
+    run = one(spans, "wfctl.run traced")
+    assert run.kind == SpanKind.CONSUMER
+    assert dict(run.attributes or {}) == {
+        "wfctl.workflow.id": str(wid),
+        "wfctl.workflow.type": "traced",
+        "wfctl.attempt": 1,
+        "wfctl.lease.epoch": 1,
+        "wfctl.resumed": False,
+        "wfctl.outcome": "completed",
+    }
+    reserve, charge = one(spans, "wfctl.step reserve"), one(spans, "wfctl.step charge")
+    assert reserve.attributes == {
+        "wfctl.step.number": 1,
+        "wfctl.step.name": "reserve",
+        "wfctl.step.kind": "step",
+    }
+    assert charge.attributes is not None and charge.attributes["wfctl.step.number"] == 2
+    for step in (reserve, charge):
+        assert step.parent is not None and step.parent.span_id == run.context.span_id
+        assert step.status.status_code == StatusCode.UNSET
+    # a step without retries has no span per try; one with retries has one per try, under it
+    assert named(spans, "wfctl.try reserve") == []
+    first, second = sorted(named(spans, "wfctl.try charge"), key=lambda s: s.start_time or 0)
+    assert [t.attributes["wfctl.step.try"] for t in (first, second) if t.attributes] == [1, 2]
+    assert all(t.parent is not None and t.parent.span_id == charge.context.span_id for t in (first, second))
+    assert first.status.status_code == StatusCode.ERROR and second.status.status_code == StatusCode.UNSET
+    [event] = first.events
+    assert event.name == "exception" and event.attributes is not None
+    assert str(event.attributes["exception.type"]).endswith("Flaky")
+    assert event.attributes["exception.message"] == "first try of o-1 failed"
+    assert {s.context.trace_id for s in (run, reserve, charge, first, second)} == {run.context.trace_id}
+
+
+def test_a_step_that_fails_records_its_error_and_the_execution_its_outcome(dsn, spans):
+    broken = Registry()
+
+    @wfctl.workflow("broken", max_retries=0, registry=broken)
+    def fails(ctx: wfctl.Context, data: Any) -> Any:
+        return ctx.step("explode", _explode)
+
+    wfctl.submit(dsn, "broken")
+    assert executions.execute(dsn, broken).outcome == "failed"
+    step = one(spans, "wfctl.step explode")
+    assert step.status.status_code == StatusCode.ERROR
+    assert [e.attributes["exception.type"] for e in step.events if e.attributes] == ["ValueError"]
+    run = one(spans, "wfctl.run broken")
+    assert run.attributes is not None and run.attributes["wfctl.outcome"] == "failed"
+    assert run.status.status_code == StatusCode.ERROR
+
+
+def _explode() -> None:
+    raise ValueError("no such sku")
+
+
+def test_a_run_that_parks_says_what_for_and_the_next_execution_that_it_resumed(dsn, spans):
+    fakeclock.stop(dsn, AT)
+    wfctl.submit(dsn, "napping")
+    assert executions.execute(dsn, REGISTRY).outcome == "parked"
+    fakeclock.advance(dsn, timedelta(hours=1, seconds=1))
+    assert executions.execute(dsn, REGISTRY).outcome == "completed"
+
+    parked, woken = sorted(named(spans, "wfctl.run napping"), key=lambda s: s.start_time or 0)
+    assert parked.attributes is not None and parked.attributes["wfctl.outcome"] == "parked"
+    [event] = [e for e in parked.events if e.name == "wfctl.parked"]
+    assert event.attributes is not None
+    assert event.attributes["wfctl.park.waiting_for"] == "sleep"
+    until = datetime.fromisoformat(str(event.attributes["wfctl.park.until"]))
+    assert AT + timedelta(hours=1) <= until < AT + timedelta(hours=1, seconds=30)  # the execution's clock
+    assert woken.attributes is not None and woken.attributes["wfctl.resumed"] is True
+    assert [e.attributes for e in woken.events if e.name == "wfctl.resumed"] == [{"wfctl.step.number": 2}]
+    # the replay runs only the step after the sleep
+    assert [s.name for s in spans.get_finished_spans() if s.name.startswith("wfctl.step")] == [
+        "wfctl.step before",
+        "wfctl.step after",
+    ]
+
+
+def test_without_tracing_a_run_makes_no_spans(dsn, spans):
+    tracing.use(None)
+    wfctl.submit(dsn, "traced", {"order": "o-2"})
+    assert executions.execute(dsn, REGISTRY).outcome == "completed"
+    assert spans.get_finished_spans() == ()

@@ -227,6 +227,7 @@ CREATE TABLE workflows (
     concurrency_key     text,
     deadline_inherited  boolean NOT NULL DEFAULT false,
     ahead_seq           bigint,
+    trace_context       text,
     CONSTRAINT workflows_pkey PRIMARY KEY (id),
     CONSTRAINT workflows_concurrency_key_check CHECK (((char_length(concurrency_key) >= 1) AND (char_length(concurrency_key) <= 200))),
     CONSTRAINT workflows_idempotency_key_key UNIQUE (idempotency_key),
@@ -287,6 +288,22 @@ CREATE OR REPLACE FUNCTION public.wfctl_channel()
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$SELECT 'wfctl_new'::text$function$;
+
+-- function wfctl_check_trace_context -------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_check_trace_context(p_trace_context text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    IF char_length(p_trace_context) > 1024 THEN
+        RAISE EXCEPTION 'a trace context must have at most 1024 characters, not %',
+            char_length(p_trace_context) USING ERRCODE = '22023';
+    END IF;
+END;
+$function$;
 
 -- function wfctl_check_value ---------------------------------------------------------------------
 
@@ -1844,6 +1861,34 @@ BEGIN
 END;
 $function$;
 
+-- function wfctl_submit_many ---------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_submit_many(p_workflow_type text, p_inputs jsonb[], p_delay double precision, p_priority integer, p_max_retries integer, p_timeout double precision, p_timeout_error text, p_concurrency_key text, p_trace_context text)
+ RETURNS SETOF uuid
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    one jsonb;
+BEGIN
+    FOREACH one IN ARRAY coalesce(p_inputs, '{}') LOOP
+        PERFORM wfctl_check_value(one, 'workflow input');
+    END LOOP;
+    PERFORM wfctl_check_trace_context(p_trace_context);
+    RETURN QUERY
+    INSERT INTO workflows (workflow_type, input_data, run_at, priority, max_retries, deadline_at,
+                           deadline_error, concurrency_key, trace_context)
+    SELECT p_workflow_type, t.input,
+           wfctl_now() + coalesce(make_interval(secs => p_delay), interval '0'), p_priority,
+           p_max_retries, wfctl_now() + make_interval(secs => p_timeout), p_timeout_error,
+           p_concurrency_key, p_trace_context
+    FROM unnest(p_inputs) WITH ORDINALITY AS t(input, ord)
+    ORDER BY t.ord
+    RETURNING workflows.id;
+END;
+$function$;
+
 -- function wfctl_submit_one ----------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION public.wfctl_submit_one(p_workflow_type text, p_input jsonb, p_key text, p_delay double precision, p_priority integer, p_max_retries integer, p_timeout double precision, p_timeout_error text, p_concurrency_key text)
@@ -1862,6 +1907,36 @@ BEGIN
             wfctl_now() + coalesce(make_interval(secs => p_delay), interval '0'), coalesce(p_priority, 0),
             p_max_retries, wfctl_now() + make_interval(secs => p_timeout), p_timeout_error,
             p_concurrency_key)
+    ON CONFLICT DO NOTHING
+    RETURNING w.id INTO new_id;
+    IF new_id IS NOT NULL THEN
+        RETURN QUERY SELECT new_id, true;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT w.id, false FROM workflows w WHERE w.idempotency_key = p_key;
+END;
+$function$;
+
+-- function wfctl_submit_one ----------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_submit_one(p_workflow_type text, p_input jsonb, p_key text, p_delay double precision, p_priority integer, p_max_retries integer, p_timeout double precision, p_timeout_error text, p_concurrency_key text, p_trace_context text)
+ RETURNS TABLE(id uuid, created boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    new_id uuid;
+BEGIN
+    PERFORM wfctl_check_value(p_input, 'workflow input');
+    PERFORM wfctl_check_trace_context(p_trace_context);
+    INSERT INTO workflows AS w (workflow_type, input_data, idempotency_key, run_at, priority,
+                                max_retries, deadline_at, deadline_error, concurrency_key,
+                                trace_context)
+    VALUES (p_workflow_type, p_input, p_key,
+            wfctl_now() + coalesce(make_interval(secs => p_delay), interval '0'), coalesce(p_priority, 0),
+            p_max_retries, wfctl_now() + make_interval(secs => p_timeout), p_timeout_error,
+            p_concurrency_key, p_trace_context)
     ON CONFLICT DO NOTHING
     RETURNING w.id INTO new_id;
     IF new_id IS NOT NULL THEN

@@ -79,6 +79,7 @@ async def submit(
         workflow_type, encode_input(input), key, delay, priority, max_retries, timeout, concurrency_key
     )
     with tracing.submitting(workflow_type) as traced:
+        params["trace_context"] = traced.trace_context
         async with _connection(target) as conn:
             with client.database_errors():
                 for _ in range(client.SUBMIT_TRIES):

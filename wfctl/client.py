@@ -122,6 +122,7 @@ def submit_one(
         workflow_type, input_json, key, delay, priority, max_retries, timeout, concurrency_key
     )
     with tracing.submitting(workflow_type) as traced, _connection(conn_or_dsn) as conn, database_errors():
+        params["trace_context"] = traced.trace_context
         for _ in range(SUBMIT_TRIES):
             found = submitted(conn.execute(q("client.submit"), params).fetchone())
             if found is not None:
@@ -147,7 +148,7 @@ def submit_params(
     check_type(workflow_type)
     check_key(key)
     run = _run_params(delay, priority, max_retries, timeout, concurrency_key)
-    return {"workflow_type": workflow_type, "input": input_json, "key": key, **run}
+    return {"workflow_type": workflow_type, "input": input_json, "key": key, "trace_context": None, **run}
 
 
 def _run_params(
@@ -202,7 +203,8 @@ def submit_many(
         "inputs": list(inputs_json),
         **_run_params(delay, priority, max_retries, timeout, concurrency_key),
     }
-    with tracing.submitting(workflow_type, count=len(inputs_json)), database_errors():
+    with tracing.submitting(workflow_type, count=len(inputs_json)) as traced, database_errors():
+        params["trace_context"] = traced.trace_context
         rows = conn.execute(q("client.submit_many"), params).fetchall()
     return [r[0] for r in rows]
 

@@ -176,11 +176,12 @@ class Submitting:
         self.span = span
         self.trace_context = trace_context
 
-    def submitted(self, workflow_id: UUID, created: bool = True) -> None:
-        """The run it stored (or found by its key: ``created`` False)."""
+    def submitted(self, workflow_id: UUID, created: bool | None = None) -> None:
+        """The run it stored (or found by its key: ``created`` False; None: a send's run)."""
         if self.span is not None:
             self.span.set_attribute("wfctl.workflow.id", str(workflow_id))
-            self.span.set_attribute("wfctl.submit.created", created)
+            if created is not None:
+                self.span.set_attribute("wfctl.submit.created", created)
 
 
 #: What a submit sees when tracing is off: no span, nothing stored.

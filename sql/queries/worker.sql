@@ -187,7 +187,10 @@ claimed AS (
               CASE WHEN w.wait_topic IS NOT NULL OR w.wait_ids IS NOT NULL
                    THEN coalesce(w.wait_step, w.current_step + 1) END AS parked_step,
               w.wait_topic AS parked_topic, w.wait_ids IS NOT NULL AS parked_children,
-              w.ahead_seq
+              w.ahead_seq,
+              -- the submitter's W3C trace context (migration 0025): the parent of the
+              -- execution's span when the worker traces (wfctl/tracing.py)
+              w.trace_context
 ),
 opened AS (
     -- the attempt history (workflow_attempts): this execution starts now, on this worker (its
@@ -258,7 +261,7 @@ SELECT c.*, NULL::float8 AS retry_in FROM claimed c
 WHERE (SELECT count(*) FROM passed) >= 0
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, h.retry_in
+       NULL, NULL, NULL, NULL, NULL, NULL, h.retry_in
 FROM held h WHERE h.id IS NULL AND h.retry_in IS NOT NULL;
 
 -- name: claim_pruned

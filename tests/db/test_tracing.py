@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import fakeclock
+import psycopg
 import pytest
+from helpers import rows
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,8 +20,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from support import executions
 
 import wfctl
-from wfctl import tracing
+from wfctl import recovery, tracing
 from wfctl.registry import Registry
+from wfctl.worker import claims
 
 AT = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 REGISTRY = Registry()
@@ -74,6 +77,11 @@ def one(exporter: InMemorySpanExporter, name: str) -> ReadableSpan:
     return span
 
 
+def traceparent(span: ReadableSpan) -> str:
+    c = span.context
+    return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
+
 def test_a_run_has_spans_for_its_execution_steps_and_tries(dsn, spans):
     wid = wfctl.submit(dsn, "traced", {"order": "o-1"})
     execution = executions.execute(dsn, REGISTRY)
@@ -116,7 +124,14 @@ def test_a_run_has_spans_for_its_execution_steps_and_tries(dsn, spans):
     assert event.name == "exception" and event.attributes is not None
     assert str(event.attributes["exception.type"]).endswith("Flaky")
     assert event.attributes["exception.message"] == "first try of o-1 failed"
-    assert {s.context.trace_id for s in (run, reserve, charge, first, second)} == {run.context.trace_id}
+    # the execution continues the submit's trace, as a child of its span, through the database
+    assert {s.context.trace_id for s in (submit, run, reserve, charge, first, second)} == {
+        submit.context.trace_id
+    }
+    assert run.parent is not None and run.parent.span_id == submit.context.span_id
+    assert run.parent.is_remote
+    [(stored,)] = rows(dsn, "SELECT trace_context FROM workflows WHERE id = %s", wid)
+    assert stored == traceparent(submit)
 
 
 def test_a_step_that_fails_records_its_error_and_the_execution_its_outcome(dsn, spans):
@@ -163,8 +178,80 @@ def test_a_run_that_parks_says_what_for_and_the_next_execution_that_it_resumed(d
     ]
 
 
-def test_without_tracing_a_run_makes_no_spans(dsn, spans):
+def test_a_recovered_run_stays_in_its_submits_trace(dsn, conn, spans):
+    wid = wfctl.submit(dsn, "traced", {"order": "o-3"})
+    # a worker claimed it and died before it ran a step (its execution never started here)
+    fakeclock.stop(dsn, AT)
+    [claimed] = claims.claim(conn, "gone", {"traced": claims.Policy(3)}, 1).claimed
+    assert claimed.trace_context is not None
+    assert [r.id for r in recovery.recover(conn, timedelta(0))] == [wid]
+    execution = executions.execute(dsn, REGISTRY)
+    assert execution.outcome == "completed" and execution.claimed.attempt == 2
+    submit, run = one(spans, "wfctl.submit traced"), one(spans, "wfctl.run traced")
+    assert run.context.trace_id == submit.context.trace_id
+    assert run.parent is not None and run.parent.span_id == submit.context.span_id
+    assert run.attributes is not None and run.attributes["wfctl.attempt"] == 2
+    assert run.attributes["wfctl.lease.epoch"] == execution.claimed.epoch
+
+
+def test_the_parked_run_and_its_wake_up_share_the_submits_trace(dsn, spans):
+    fakeclock.stop(dsn, AT)
+    with tracing.tracer().start_as_current_span("checkout") as caller:  # type: ignore[union-attr]
+        wfctl.submit(dsn, "napping")
+    executions.execute(dsn, REGISTRY)
+    fakeclock.advance(dsn, timedelta(hours=1, seconds=1))
+    executions.execute(dsn, REGISTRY)
+    runs = named(spans, "wfctl.run napping")
+    assert len(runs) == 2
+    submit = one(spans, "wfctl.submit napping")
+    assert submit.parent is not None and submit.parent.span_id == caller.get_span_context().span_id
+    assert {s.context.trace_id for s in [*runs, submit]} == {caller.get_span_context().trace_id}
+    assert all(r.parent is not None and r.parent.span_id == submit.context.span_id for r in runs)
+
+
+def test_a_batch_submit_stores_one_context_for_its_runs(dsn, conn, spans):
+    from wfctl import client
+
+    ids = client.submit_many(conn, "traced", ['{"order": "a"}', '{"order": "b"}'])
+    batch = one(spans, "wfctl.submit traced")
+    assert batch.attributes is not None and batch.attributes["wfctl.batch.size"] == 2
+    stored = {r[0] for r in rows(dsn, "SELECT trace_context FROM workflows WHERE id = ANY(%s)", ids)}
+    assert stored == {traceparent(batch)}
+
+
+def test_a_send_has_a_span(dsn, spans):
+    fakeclock.stop(dsn, AT)
+    wid = wfctl.submit(dsn, "napping")
+    wfctl.send(dsn, wid, "approval", {"ok": True})
+    send = one(spans, "wfctl.send")
+    assert send.attributes == {"wfctl.message.topic": "approval", "wfctl.workflow.id": str(wid)}
+
+
+def test_without_tracing_nothing_is_stored_and_no_span_is_made(dsn, spans):
     tracing.use(None)
-    wfctl.submit(dsn, "traced", {"order": "o-2"})
+    wid = wfctl.submit(dsn, "traced", {"order": "o-2"})
+    assert rows(dsn, "SELECT trace_context FROM workflows WHERE id = %s", wid) == [(None,)]
     assert executions.execute(dsn, REGISTRY).outcome == "completed"
     assert spans.get_finished_spans() == ()
+
+
+def test_the_old_submit_signatures_still_work_and_store_no_context(dsn, conn):
+    [(_, created)] = conn.execute(
+        "SELECT * FROM wfctl_submit_one('traced', '{}', NULL, NULL, 0, NULL, NULL, NULL, NULL)"
+    ).fetchall()
+    many = [
+        r[0]
+        for r in conn.execute(
+            "SELECT * FROM wfctl_submit_many('traced', ARRAY['{}'::jsonb], NULL, 0, NULL, NULL, NULL, NULL)"
+        )
+    ]
+    assert created and len(many) == 1
+    assert rows(dsn, "SELECT trace_context FROM workflows ORDER BY id") == [(None,), (None,)]
+
+
+def test_a_trace_context_over_its_bound_is_refused(dsn, conn):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 1024 characters"):
+        conn.execute(
+            "SELECT * FROM wfctl_submit_one('traced', '{}', NULL, NULL, 0, NULL, NULL, NULL, NULL, %s)",
+            ["x" * 1025],
+        )

@@ -44,6 +44,7 @@ class ClaimRow:
     parked_topic: str | None  # ...the topic of a recv...
     parked_children: bool | None  # ...or true for a wait for children
     ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0019)
+    trace_context: str | None  # the submitter's W3C trace context (migration 0025)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 
@@ -257,6 +258,7 @@ def claim(
             parked_name=_parked_name(row),
             ahead_seq=row.ahead_seq,
             unreadable=_unreadable(row),
+            trace_context=row.trace_context,
         )
         for row in rows
         if row.id is not None

@@ -40,7 +40,7 @@ from typing import Any
 
 import psycopg
 
-from wfctl import limits, schema
+from wfctl import limits, schema, tracing
 from wfctl.caller import Caller
 from wfctl.connection import connection_lost
 from wfctl.queries import q
@@ -338,6 +338,7 @@ class Worker:
             self.health_server.start()  # a port in use fails here, before anything is claimed
         self.stopper.install()
         self._pool_log = poollog.route(self.log, self.dsn)
+        tracing.tracer()  # tracing configured by the environment: a bad exporter fails here, at start
         schema.check(self.session.open())
         self._declare()
         if self.listening is not None and self.session.listening():

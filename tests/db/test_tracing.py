@@ -23,6 +23,7 @@ import wfctl
 from wfctl import recovery, tracing
 from wfctl.registry import Registry
 from wfctl.worker import claims
+from wfctl.worker.transactions import TransactionPool
 
 AT = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 REGISTRY = Registry()
@@ -52,6 +53,19 @@ def napping(ctx: wfctl.Context, data: Any) -> Any:
     ctx.step("before", lambda: 1)
     ctx.sleep("1h")
     return ctx.step("after", lambda: 2)
+
+
+@wfctl.step(retries=1, retry_base=0.01, retry_cap=0.02)
+def debit(conn: psycopg.Connection[Any]) -> int:
+    tried.append(1)
+    if len(tried) == 1:
+        raise Flaky("locked")
+    return conn.execute("SELECT 90").fetchone()[0]  # type: ignore[index]
+
+
+@wfctl.workflow("paying", max_retries=0, registry=REGISTRY)
+def paying(ctx: wfctl.Context, data: Any) -> Any:
+    return ctx.transaction("debit", debit)
 
 
 @pytest.fixture
@@ -149,6 +163,20 @@ def test_a_step_that_fails_records_its_error_and_the_execution_its_outcome(dsn, 
     run = one(spans, "wfctl.run broken")
     assert run.attributes is not None and run.attributes["wfctl.outcome"] == "failed"
     assert run.status.status_code == StatusCode.ERROR
+
+
+def test_a_transactional_step_has_a_span_and_one_per_try(dsn, spans):
+    wfctl.submit(dsn, "paying")
+    pool = TransactionPool(dsn, 1)
+    try:
+        assert executions.execute(dsn, REGISTRY, pool=pool).outcome == "completed"
+    finally:
+        pool.close()
+    step = one(spans, "wfctl.step debit")
+    assert step.attributes is not None and step.attributes["wfctl.step.kind"] == "transaction"
+    tries = sorted(named(spans, "wfctl.try debit"), key=lambda s: s.start_time or 0)
+    assert [t.status.status_code for t in tries] == [StatusCode.ERROR, StatusCode.UNSET]
+    assert all(t.parent is not None and t.parent.span_id == step.context.span_id for t in tries)
 
 
 def _explode() -> None:

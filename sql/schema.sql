@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0025, in
+-- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0026, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl

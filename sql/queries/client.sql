@@ -1,7 +1,7 @@
 -- Submitting workflows (wfctl/client.py), through the functions of migration 0021: they run as
 -- the schema's owner, so a role given only `--grant-submit` submits without any privilege on the
 -- tables, and they bound the size of what it stores. Other languages call wfctl_submit().
--- %(trace_context)s: the submit's W3C trace context (migration 0025, wfctl/tracing.py), NULL
+-- %(trace_context)s: the submit's W3C trace context (migration 0026, wfctl/tracing.py), NULL
 -- when tracing is off.
 
 -- name: submit

@@ -188,7 +188,7 @@ claimed AS (
                    THEN coalesce(w.wait_step, w.current_step + 1) END AS parked_step,
               w.wait_topic AS parked_topic, w.wait_ids IS NOT NULL AS parked_children,
               w.ahead_seq,
-              -- the submitter's W3C trace context (migration 0025): the parent of the
+              -- the submitter's W3C trace context (migration 0026): the parent of the
               -- execution's span when the worker traces (wfctl/tracing.py)
               w.trace_context
 ),

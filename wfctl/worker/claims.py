@@ -44,7 +44,7 @@ class ClaimRow:
     parked_topic: str | None  # ...the topic of a recv...
     parked_children: bool | None  # ...or true for a wait for children
     ahead_seq: int | None  # taken beyond the worker's free threads: its place (migration 0019)
-    trace_context: str | None  # the submitter's W3C trace context (migration 0025)
+    trace_context: str | None  # the submitter's W3C trace context (migration 0026)
     retry_in: float | None  # seconds until a rate limit lets the next start of held-back work go
 
 

@@ -6,24 +6,14 @@ test_completion_shell.py)."""
 from __future__ import annotations
 
 import pytest
-from report_rows import db_now, workflow
+from support.completion import seed
 
 from wfctl.cli import candidates
 
 
 @pytest.fixture
-def known(conn, cli, dsn):
-    """Two registered types, a run parked on a message, a finished run, two schedules."""
-    conn.execute(
-        "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types)"
-        " VALUES ('h:1:a', 'h', 1, 4, ARRAY['order', 'refund'])"
-    )
-    now = db_now(conn)
-    parked = workflow(conn, now, status="pending", wait_kind="message", wait_topic="approval")
-    done = workflow(conn, now, status="completed")
-    for name in ("nightly", "hourly"):
-        assert cli("--dsn", dsn, "schedule", "add", name, "order", "0 * * * *").exit_code == 0
-    return {"parked": str(parked), "done": str(done)}
+def known(conn, dsn, cli):
+    return seed(conn, dsn, cli)
 
 
 def test_each_kind_offers_what_the_database_holds(dsn, known):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, isolated_env
-from report_rows import db_now, workflow
+from support.completion import seed
 
 BASH = REPO / "completions" / "wfctl.bash"
 pytestmark = pytest.mark.skipif(not BASH.is_file(), reason="needs the source tree")
@@ -19,17 +19,7 @@ pytestmark = pytest.mark.skipif(not BASH.is_file(), reason="needs the source tre
 
 @pytest.fixture
 def known(conn, dsn, run_wfctl):
-    """Two registered types, a run parked on a message, a finished run, two schedules."""
-    conn.execute(
-        "INSERT INTO workers (id, hostname, pid, concurrency, workflow_types)"
-        " VALUES ('h:1:a', 'h', 1, 4, ARRAY['order', 'refund'])"
-    )
-    now = db_now(conn)
-    parked = workflow(conn, now, status="pending", wait_kind="message", wait_topic="approval")
-    done = workflow(conn, now, status="completed")
-    for name in ("nightly", "hourly"):
-        assert run_wfctl("--dsn", dsn, "schedule", "add", name, "order", "0 * * * *").exit_code == 0
-    return {"parked": str(parked), "done": str(done)}
+    return seed(conn, dsn, run_wfctl)
 
 
 def complete(words: str, env: dict[str, str]) -> list[str]:

@@ -207,9 +207,10 @@ def test_show_of_a_run_that_goes_on_puts_an_earlier_attempts_error_under_it(wfct
         conn, now, status="pending", attempt=2, max_retries=3, error_message="ValueError: card declined"
     )
     conn.execute(
-        "INSERT INTO workflow_attempts (workflow_id, lease_epoch, attempt, worker_id, started_at, ended_at,"
-        " outcome, last_step, error) VALUES (%s, 1, 1, 'w:1:a', now() - interval '1 minute', now(),"
-        " 'error', 0, 'ValueError: card declined')",
+        "INSERT INTO workflow_attempts (workflow_id, workflow_created_at, lease_epoch, attempt, worker_id,"
+        " started_at, ended_at, outcome, last_step, error)"
+        " SELECT id, created_at, 1, 1, 'w:1:a', now() - interval '1 minute', now(), 'error', 0,"
+        " 'ValueError: card declined' FROM workflows WHERE id = %s",
         (retrying,),
     )
     out = wfctl("show", str(retrying), "--dsn", dsn).stdout

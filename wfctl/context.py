@@ -109,7 +109,7 @@ class Context:
         stored = self._journal.recorded(number)
         if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
-        self._journal.boundary()
+        self._journal.boundary(number, name)
         if self._tracing is None:
             return self._run_step(number, name, stored, options, fn, args, kwargs)
         with self._tracing.step(number, name):
@@ -189,7 +189,7 @@ class Context:
                 self._journal.repark(wake_at)
                 raise Parked(wake_at)
             return
-        self._journal.boundary()
+        self._journal.boundary(number, SLEEP_STEP)
         now = self._journal.now()
         wake_at = now + delta
         self._journal.park(number, SLEEP_STEP, json.dumps({"wake_at": wake_at.isoformat()}), wake_at)
@@ -216,7 +216,7 @@ class Context:
         stored = self._journal.recorded(number)
         if stored is not None and stored.retrying is None:
             return cast(T, _replayed(stored))  # the stored JSON value (untyped): what fn returned, decoded
-        self._journal.boundary()
+        self._journal.boundary(number, name)
         if self._tracing is None:
             return self._run_transaction(number, name, stored, options, fn)
         with self._tracing.step(number, name, "transaction"):
@@ -390,7 +390,7 @@ class Context:
         if self._journal.parked_wait(number) is not None:
             return False  # the run parked in a wait here on old code: keep to the old path
         self._next = number
-        self._journal.boundary()
+        self._journal.boundary(number, marker)
         self._journal.record(number, marker, "true", self._journal.now())
         return True
 
@@ -399,7 +399,7 @@ class Context:
         stored = _not_retrying(self._journal.recorded(number), operation(op).api)
         if stored is not None:
             return stored.output
-        self._journal.boundary()
+        self._journal.boundary(number, name)
         return self._journal.coordinate(op, number, name, params)
 
     def _not_inside_transaction(self, name: str) -> None:

@@ -61,10 +61,11 @@ class Journal(Protocol):
         step ``number`` and has not got past, if any: no step is stored there yet, but the run
         reached that point, and a replay must meet the same wait there."""
 
-    def boundary(self) -> None:
-        """Called before every new step, wait or marker is taken (nothing is written for a run
-        without it): stores the failure a ``fail_step`` left pending, the workflow having gone
-        past it; raises Released or Lost to stop the run here."""
+    def boundary(self, number: int, name: str) -> None:
+        """Called before every new step, wait or marker is taken (``number``, named ``name``:
+        what the run is in from now on; nothing is written for a run without it): stores the
+        failure a ``fail_step`` left pending, the workflow having gone past it; raises Released
+        or Lost to stop the run here."""
 
     def record(self, number: int, name: str, output_json: str, started_at: datetime, tries: int = 1) -> None:
         """Store step ``number``'s result (its function's try ``tries`` returned it) durably. It

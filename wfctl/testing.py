@@ -61,7 +61,7 @@ class MemoryJournal:
             return None
         return self.waiting[1]
 
-    def boundary(self) -> None:
+    def boundary(self, number: int, name: str) -> None:
         self._keep_failed()
 
     def _keep_failed(self) -> None:

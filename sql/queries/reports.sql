@@ -86,14 +86,16 @@ ORDER BY total DESC, workflow_type;
 -- or it has no workers row. Not limited to the window: a run stuck for days is still stuck.
 -- step_name is the name of the last checkpointed step (current_step), NULL before the first;
 -- step_in_flight the step the run was in when its worker went silent (the next one), and
--- step_in_flight_name its name when an earlier try of it left a 'retrying' row (else NULL: a
--- step's name is written with its result).
+-- step_in_flight_name its name: as the worker's last heartbeat reported it (migration 0027)
+-- when that was this step, else from a 'retrying' row an earlier try of it left (else NULL: a
+-- step's row is written with its result).
 SELECT w.id,
        w.workflow_type,
        w.current_step,
        s.step_name,
        w.current_step + 1 AS step_in_flight,
-       f.step_name AS step_in_flight_name,
+       coalesce(CASE WHEN w.step_in_flight = w.current_step + 1 THEN w.step_in_flight_name END,
+                f.step_name) AS step_in_flight_name,
        w.attempt,
        w.lease_owner,
        CASE

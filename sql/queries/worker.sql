@@ -422,6 +422,7 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- does not listen (--no-listen, a transaction pooler).
 -- abandoned_calls (migration 0024): the worker's step calls that outlived their timeout and
 -- still run (wfctl/caller.py).
+-- step_in_flight (migration 0027): see the touched CTE.
 -- The pool's timer (%(horizon)s > 0 for the worker that listens for its pool, and for one that
 -- hears no wake-ups): one more row, without an id, whose next_due_in says in how many seconds
 -- the first run of its types parked until a time (a sleep, a wait's timeout, a backoff) falls
@@ -442,10 +443,18 @@ WITH beat AS (
     RETURNING id
 ),
 touched AS (
-    UPDATE workflows
-    SET updated_at = (SELECT wfctl_now())
-    WHERE lease_owner = %(id)s AND status = 'running'
-    RETURNING id, lease_epoch
+    -- step_in_flight (migration 0027): the step each of its runs is in now, for the runs that
+    -- started one (%(flight_ids)s, %(flight_steps)s, %(flight_names)s); the others keep theirs
+    UPDATE workflows w
+    SET updated_at = (SELECT wfctl_now()),
+        step_in_flight = coalesce(
+            (SELECT f.step FROM unnest(%(flight_ids)s::uuid[], %(flight_steps)s::integer[]) AS f(id, step)
+             WHERE f.id = w.id), w.step_in_flight),
+        step_in_flight_name = coalesce(
+            (SELECT f.name FROM unnest(%(flight_ids)s::uuid[], %(flight_names)s::text[]) AS f(id, name)
+             WHERE f.id = w.id), w.step_in_flight_name)
+    WHERE w.lease_owner = %(id)s AND w.status = 'running'
+    RETURNING w.id, w.lease_epoch
 ),
 levels AS (
     SELECT l.priority FROM (

@@ -6,11 +6,15 @@ tests/db/test_liveness.py.
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
 from helpers import rows, wait_for
+from report_rows import runner
 from support.liveness import metric_workers, states
+
+import wfctl
 
 DEAD_AFTER = 1.0  # 3 missed beats of 200 ms, raised to the 1 s floor
 
@@ -49,3 +53,31 @@ def test_the_guard_reads_a_real_workers_heartbeat(workers, dsn):
     assert f"than the 8s of silence after which live worker {ident} (heartbeat every 2s)" in refused.stderr
     assert workers.wfctl("recover", "--stale", "8s").exit_code == 0
     assert workers.wfctl("recover", "--stale", "7s", "--force").exit_code == 0
+
+
+@pytest.mark.slow
+def test_the_stuck_report_names_the_step_a_killed_worker_was_in(workers, dsn):
+    """The step's row is written with its result: the name comes from the worker's heartbeats."""
+    workers.gate.touch()
+    proc = workers.start()
+    wid = str(wfctl.submit(dsn, "three", {"gate": 2}))
+    wait_for(
+        lambda: (
+            rows(dsn, "SELECT step_in_flight, step_in_flight_name FROM workflows WHERE id = %s", wid)
+            == [(2, "two")]
+        ),
+        what="a heartbeat to report the run in step two",
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+    def stuck() -> list[dict]:
+        return json.loads(runner()("stats", "--dsn", dsn, "--json").stdout)["stuck"]
+
+    [row] = wait_for(stuck, timeout=10, what="the run to count as stuck")
+    assert (row["id"], row["current_step"], row["step_in_flight"], row["step_in_flight_name"]) == (
+        wid,
+        1,
+        2,
+        "two",
+    )

@@ -128,6 +128,7 @@ class Execution:
         # parked until a time or backing off: seconds from the settling write until the run is
         # due again (the database's run_at is no later: its clock read before this one's)
         self.due_in: float | None = None
+        self.in_flight: tuple[int, str] | None = None  # the step number and name it runs now
         self.write_error: BaseException | None = None  # a write failed (not fenced): the database
         self.crash: str | None = None  # why the run ended without any final write being tried
 
@@ -155,7 +156,10 @@ class Execution:
         c = self.claimed
         return c.parked_name if c.parked_step == number else None
 
-    def boundary(self) -> None:
+    def boundary(self, number: int, name: str) -> None:
+        # the step the run is in now: each heartbeat reports it (worker.heartbeat), so that the
+        # stuck report can name the step a run was in when its worker went silent
+        self.in_flight = (number, name)
         if self.lost:
             raise Lost()
         self._keep_handled()

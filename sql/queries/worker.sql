@@ -443,16 +443,22 @@ WITH beat AS (
     RETURNING id
 ),
 touched AS (
-    -- step_in_flight (migration 0027): the step each of its runs is in now, for the runs that
-    -- started one (%(flight_ids)s, %(flight_steps)s, %(flight_names)s); the others keep theirs
+    -- step_in_flight (migration 0027): the step each of its runs is in now, for the executions
+    -- that started one (%(flight_ids)s, %(flight_epochs)s, %(flight_steps)s, %(flight_names)s),
+    -- by the execution that holds the lease (an older one of the same run, cancelled and
+    -- retried, may still run here); the others keep theirs
     UPDATE workflows w
     SET updated_at = (SELECT wfctl_now()),
         step_in_flight = coalesce(
-            (SELECT f.step FROM unnest(%(flight_ids)s::uuid[], %(flight_steps)s::integer[]) AS f(id, step)
-             WHERE f.id = w.id), w.step_in_flight),
+            (SELECT f.step
+             FROM unnest(%(flight_ids)s::uuid[], %(flight_epochs)s::bigint[], %(flight_steps)s::integer[])
+                  AS f(id, epoch, step)
+             WHERE f.id = w.id AND f.epoch = w.lease_epoch), w.step_in_flight),
         step_in_flight_name = coalesce(
-            (SELECT f.name FROM unnest(%(flight_ids)s::uuid[], %(flight_names)s::text[]) AS f(id, name)
-             WHERE f.id = w.id), w.step_in_flight_name)
+            (SELECT f.name
+             FROM unnest(%(flight_ids)s::uuid[], %(flight_epochs)s::bigint[], %(flight_names)s::text[])
+                  AS f(id, epoch, name)
+             WHERE f.id = w.id AND f.epoch = w.lease_epoch), w.step_in_flight_name)
     WHERE w.lease_owner = %(id)s AND w.status = 'running'
     RETURNING w.id, w.lease_epoch
 ),

@@ -65,12 +65,13 @@ def beat(
     addressable: bool = False,
     abandoned: int = 0,
     horizon: float = 0.0,
-    in_flight: Sequence[tuple[UUID, int, str]] = (),
+    in_flight: Sequence[tuple[UUID, int, int, str]] = (),
 ) -> Beat:
     """Refresh the worker row (with its heartbeat ``interval`` and ``dead_after``, in seconds,
     and how many step calls that outlived their timeout still run in it, ``abandoned``) and the
     ``updated_at`` of its running workflows, with the step each is in (``in_flight``: run id,
-    step number, step name), in one statement. With a ``horizon`` (seconds;
+    lease epoch, step number, step name; an execution whose epoch is no longer the run's writes
+    nothing), in one statement. With a ``horizon`` (seconds;
     the pool's timer), also look for the first run of ``types`` parked until a time that falls
     due within it."""
     with conn.cursor(row_factory=class_row(BeatRow)) as cur:
@@ -88,9 +89,10 @@ def beat(
                 "addressable": addressable,
                 "abandoned": abandoned,
                 "horizon": horizon,
-                "flight_ids": [run for run, _, _ in in_flight],
-                "flight_steps": [number for _, number, _ in in_flight],
-                "flight_names": [name for _, _, name in in_flight],
+                "flight_ids": [run for run, _, _, _ in in_flight],
+                "flight_epochs": [epoch for _, epoch, _, _ in in_flight],
+                "flight_steps": [number for _, _, number, _ in in_flight],
+                "flight_names": [name for _, _, _, name in in_flight],
             },
         ).fetchall()
     owned = {row.id: row.lease_epoch for row in rows if row.id is not None and row.lease_epoch is not None}

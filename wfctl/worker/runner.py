@@ -721,7 +721,9 @@ class Worker:
             abandoned=self.caller.abandoned,
             horizon=TIMER_BEATS * self.options.heartbeat if self._keeps_timer() else 0.0,
             in_flight=[
-                (e.claimed.id, *e.in_flight) for e in self.running.values() if e.in_flight is not None
+                (e.claimed.id, e.claimed.epoch, *e.in_flight)
+                for e in self.running.values()
+                if e.in_flight is not None
             ],
         )
 

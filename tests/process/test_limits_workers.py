@@ -108,8 +108,11 @@ def test_a_limit_set_at_run_time_applies_from_the_next_claim(sampled: str, worke
     # paused: nothing runs, while both workers claim runs of other types queued behind it
     submit_batch(sampled, "plain", 80, {"pause": 0.3})
     wfctl_ok(workers, "limit", "plain", "--concurrency", "0")
-    workers.start("--concurrency", "8", app=APP)
-    workers.start("--concurrency", "8", app=APP)
+    # both workers poll (every 100 ms) rather than listen: of a listening pool only the worker
+    # that holds the duty is woken, and the other would claim a quick run only at the rare poll
+    # that falls while it is queued, so "each worker claimed one" would be a matter of luck
+    workers.start("--concurrency", "8", "--no-listen", app=APP)
+    workers.start("--concurrency", "8", "--no-listen", app=APP)
     wait_for(lambda: claims_past_the_paused(sampled), what="each worker to claim past the paused type")
     assert rows(
         sampled, "SELECT count(*) FROM workflows WHERE workflow_type = 'plain' AND status <> 'pending'"

@@ -242,6 +242,20 @@ def target_dsn(target: Target, *, notice: Notice | None = None) -> str:
     return with_search_path(server.dsn(), target.schema)
 
 
+def running_dsn(target: Target) -> str | None:
+    """``target_dsn`` without starting anything: None for an embedded server that is not
+    running (shell completion asks at every Tab and must not start one)."""
+    if not target.embedded:
+        return target_dsn(target)
+    from wfctl.embedded import EmbeddedServer  # loaded only for the embedded server
+
+    assert target.data_dir is not None
+    server = EmbeddedServer(target.data_dir)
+    if not server.initialised() or not server.is_running():
+        return None
+    return with_search_path(server.dsn(), target.schema)
+
+
 def printable_dsn(target: Target, dsn: str, *, reveal: bool) -> tuple[str, bool]:
     """The DSN ``wfctl db url`` prints for ``target`` (``dsn`` from ``target_dsn``), one that
     works elsewhere: for libpq's environment, every parameter set there, the password too. Its

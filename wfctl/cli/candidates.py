@@ -17,9 +17,8 @@ import typer
 
 from wfctl.cli import render
 from wfctl.cli.common import global_options
-from wfctl.config import resolve_target
+from wfctl.config import resolve_target, running_dsn
 from wfctl.config_file import load_config
-from wfctl.connection import with_search_path
 from wfctl.queries import q
 
 KINDS = ("types", "ids", "topics", "schedules")
@@ -31,17 +30,7 @@ def _dsn() -> str | None:
     """The configured database's DSN, as other commands resolve it, or None for an embedded
     server that is not running (completing must not start it)."""
     glob = global_options()
-    target = resolve_target(glob.dsn, load_config(glob.config, must_exist=False), schema=None)
-    if not target.embedded:
-        assert target.dsn is not None
-        return with_search_path(target.dsn, target.schema)
-    from wfctl.embedded import EmbeddedServer  # loaded only for the embedded server
-
-    assert target.data_dir is not None
-    server = EmbeddedServer(target.data_dir)
-    if not server.initialised() or not server.is_running():
-        return None
-    return with_search_path(server.dsn(), target.schema)
+    return running_dsn(resolve_target(glob.dsn, load_config(glob.config, must_exist=False), schema=None))
 
 
 def _like(prefix: str) -> str:

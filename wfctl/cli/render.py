@@ -80,24 +80,16 @@ def _json_line(**fields: object) -> None:
     sys.stderr.flush()
 
 
-def error(message: str) -> None:
-    """One line on stderr; red on a terminal."""
+def failure(message: str, code: int) -> None:
+    """The error that ends the command: one line on stderr (red on a terminal), or under
+    ``--json`` one JSON object, ``{"error": ..., "exit_code": ...}``."""
     if _Stderr.json:
-        _json_line(error=message)
+        _json_line(error=message, exit_code=code)
         return
     console = _err()
     console.print(
         plain(f"wfctl: error: {message}", keep="\n\t", style="bold red" if console.is_terminal else "")
     )
-
-
-def failure(message: str, code: int) -> None:
-    """The error that ends the command: one line of prose, or under ``--json`` one JSON object,
-    ``{"error": ..., "exit_code": ...}``."""
-    if _Stderr.json:
-        _json_line(error=message, exit_code=code)
-    else:
-        error(message)
 
 
 def warn(message: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from wfctl.errors import InvalidInput
-from wfctl.worker.duties import ALARM_HORIZON, Duties, Duty, Poll
+from wfctl.worker.duties import ALARM_HORIZON, Alarmed, Duties, Duty, Poll
 from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
 from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
 
@@ -90,10 +90,51 @@ def test_a_worker_waiting_for_the_listening_duty_polls_at_its_own_interval_and_a
     clock.now += 9.0
     assert not poll.due_every(clock.now, 10.0)
     clock.now += 1.0
-    assert poll.due_every(clock.now, 10.0)  # once per its own interval (the heartbeat's)
+    assert poll.due_every(clock.now, 10.0)  # once per its own interval (the dead-after)
     poll.ran(clock.now)
     poll.soon()
     assert poll.due_every(clock.now, 10.0)
+
+
+def test_a_deferred_duty_runs_once_per_its_longer_interval_and_every_beat_again_after():
+    clock = FakeClock()
+    duties = Duties(clock)
+    sweep = duties.add(Duty("sweep", 10.0, lambda: None))
+    assert duties.run_due() == ["sweep"]
+    for _ in range(2):  # a worker waiting for the listening duty: once per dead-after (30 s)
+        clock.now += 10.0
+        sweep.defer(30.0)
+        assert duties.run_due() == []
+    clock.now += 10.0
+    sweep.defer(30.0)
+    assert duties.run_due() == ["sweep"]
+    clock.now += 12.0
+    sweep.defer(30.0)
+    assert duties.run_due() == []
+    sweep.undefer()  # it has work or the duty now: due one interval after its last run
+    assert sweep.due_at() == clock.now - 2.0 and duties.run_due() == ["sweep"]
+    sweep.next_at = clock.now + 30.0  # postponed for a reason of its own (a reconnect)...
+    sweep.defer(30.0)
+    sweep.undefer()
+    assert sweep.due_at() == clock.now + 30.0  # ...which undoing a deferral leaves in place
+    sweep.soon()  # asked for at once (a reconnect): deferring does not hold it back
+    sweep.defer(30.0)
+    assert duties.run_due() == ["sweep"]
+
+
+def test_a_deferred_duty_never_ran_and_its_alarms_are_not_held_back():
+    clock = FakeClock()
+    fresh = Duty("ticks", 10.0, lambda: None)
+    fresh.defer(30.0)
+    assert fresh.is_due(clock.now)  # nothing to count from: due as it was
+    deadlines = Alarmed("deadlines", 10.0, lambda: None)
+    deadlines.ran(clock.now)
+    deadlines.alarm(clock.now + 4.0)  # a run this worker holds reaches its deadline in 4 s
+    deadlines.defer(30.0)
+    assert deadlines.due_at() == clock.now + 4.0
+    clock.now += 4.0
+    deadlines.ran(clock.now)  # the alarm rang; the next regular pass waits for the deferral
+    assert deadlines.due_at() == clock.now - 4.0 + 30.0
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 Clock = Callable[[], float]
 ALARM_HORIZON = 3600.0  # seconds: Alarmed.alarm ignores alarms further ahead than its next run
@@ -38,21 +38,38 @@ class Duty:
         self.active = active
         self.next_at = 0.0  # due at once when the loop starts
         self.urgent = False
+        self.last: float | None = None  # when it last ran (None: not yet)
+        self.held_until = float("-inf")  # deferred (``defer``): not due before this time
 
     def soon(self) -> None:
         """Run at the next turn of the loop, whatever the time."""
         self.urgent = True
 
     def is_due(self, now: float) -> bool:
-        return self.urgent or now >= self.next_at
+        return self.urgent or now >= self._due()
 
     def due_at(self) -> float:
-        return float("-inf") if self.urgent else self.next_at
+        return float("-inf") if self.urgent else self._due()
+
+    def _due(self) -> float:
+        return max(self.next_at, self.held_until)
 
     def ran(self, now: float) -> None:
         """Record a run at ``now`` (also when the action ran outside ``Duties.run_due``)."""
         self.urgent = False
+        self.last = now
         self.next_at = now + self.interval
+
+    def defer(self, every: float) -> None:
+        """Not due before ``every`` seconds from its last run, unless asked for at once (a
+        worker that only waits for the listening duty: the worker holding it does this for the
+        pool every interval, the waiting one only as a fallback)."""
+        if self.last is not None:
+            self.held_until = self.last + every
+
+    def undefer(self) -> None:
+        """Due every ``interval`` again (the worker has work or the duty now)."""
+        self.held_until = float("-inf")
 
     def run(self, now: float) -> None:
         self.ran(now)
@@ -89,6 +106,10 @@ class Alarmed(Duty):
         if self._alarms:
             self.next_at = min(self.next_at, self._alarms[0])
 
+    def _due(self) -> float:
+        due = super()._due()  # deferred or not, an alarm rings on time
+        return min(due, self._alarms[0]) if self._alarms else due
+
 
 class Poll(Alarmed):
     """Polling for work: every ``interval`` seconds, and at each alarm set in between (a run this
@@ -97,17 +118,10 @@ class Poll(Alarmed):
     poll. A worker that waits for the listening duty polls less often (``due_every``): the
     worker that holds it polls for the pool."""
 
-    def __init__(self, name: str, interval: float, action: Callable[[], object], **kw: Any) -> None:
-        super().__init__(name, interval, action, **kw)
-        self.last = 0.0  # when it last ran
-
-    def ran(self, now: float) -> None:
-        self.last = now
-        super().ran(now)
-
     def due_every(self, now: float, interval: float) -> bool:
         """Due with polls every ``interval`` seconds instead (alarms as ever)?"""
-        return self.urgent or now >= self.next_alarm() or now >= self.last + interval
+        last = 0.0 if self.last is None else self.last
+        return self.urgent or now >= self.next_alarm() or now >= last + interval
 
     def next_alarm(self) -> float:
         return self._alarms[0] if self._alarms else float("inf")

@@ -107,8 +107,9 @@ class Worker:
             reconnected=self._reconnected,
             listen_at_connect=self.listening is None,
         )
-        # how often a worker that waits for the listening duty polls (its holder polls for it)
-        self._waiter_poll = max(options.poll, options.heartbeat)
+        # how often a worker that waits for the listening duty polls (its holder polls for it);
+        # as a fallback for a holder that froze, once per dead-after (_pace_pool_duties)
+        self._waiter_poll = max(options.poll, options.dead_after)
         self._duty_tried = float("-inf")  # when the worker last asked for the duty without waiting
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
@@ -228,6 +229,10 @@ class Worker:
                 enabled=lambda: not self.stopping.is_set(),
             )
         )
+        # the pool's duties, which the worker holding the listening duty runs every beat for its
+        # pool; a worker waiting for it runs them once per dead-after (_pace_pool_duties)
+        self._pool_duties: list[Duty] = [d for d in (self.sweep, self.deadlines, self.ticks) if d is not None]
+        self._paced = False
         # the partitioned layout (wfctl/partitions.py): partitions ahead of time, looked for at the
         # start and every minute (one catalog lookup when they exist; nothing when unpartitioned)
         self.duties.add(
@@ -375,6 +380,7 @@ class Worker:
 
     def _loop(self) -> None:
         while True:
+            self._pace_pool_duties()
             self.duties.run_due()
             self._harvest()
             if self.calls:
@@ -848,12 +854,27 @@ class Worker:
             and not self.caller.full
         )
 
+    def _pace_pool_duties(self) -> None:
+        """While the worker only waits for the listening duty, run the pool's duties (sweep,
+        deadlines, ticks; polls, in _should_claim) once per dead-after instead of every beat:
+        the worker holding the duty runs them every beat for the pool, and a waiting one covers
+        for a holder that froze until the server ends its session (idle_session_timeout) and a
+        waiting worker takes the duty over. Every beat as before once it has work or the duty."""
+        paced = self._waits_for_duty()
+        if paced:
+            for duty in self._pool_duties:
+                duty.defer(self.options.dead_after)
+        elif self._paced:
+            for duty in self._pool_duties:
+                duty.undefer()
+        self._paced = paced
+
     def _wait_for_duty(self) -> None:
         """Sleep until the listening duty comes (then LISTEN and claim), the next heartbeat or an
         alarm of a run this worker parked; the lock wait ends on the server at that time, or is
         cancelled for a stop. The other duties (sweep, deadlines, ticks, polls) wait for the
-        heartbeat's turn here, each wake-up being a transaction: the worker that listens does them
-        on time for the pool."""
+        heartbeat's turn here, each wake-up being a transaction, and come once per dead-after
+        (_pace_pool_duties): the worker that listens does them on time for the pool."""
         duty, conn = self.listening, self.session.conn
         assert duty is not None and conn is not None
         if any(d.urgent and d.active() for d in self.duties.items):

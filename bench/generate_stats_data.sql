@@ -5,7 +5,7 @@
 SELECT setseed(%(seed)s);
 
 -- name: reset
-TRUNCATE workflow_steps, workflows, workers;
+TRUNCATE workflow_steps, workflow_attempts, workflow_messages, workflow_events, workflows, workers;
 
 -- name: workers
 -- Twelve workers: 1-6 live, 7-9 dead (silent for 1 to 3 hours), 10-12 shut down cleanly.

@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0027, in
+-- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0028, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -17,6 +17,62 @@
 -- interval and a default partition each (not shown there); workflows_idempotency_key_key gives
 -- way to the index workflows_idempotency_idx and the trigger workflows_idempotency; and
 -- workflows_finished_brin indexes finished_at. wfctl_settings records the layout.
+
+-- table wfctl_rollup_buckets ---------------------------------------------------------------------
+
+CREATE TABLE wfctl_rollup_buckets (
+    bucket_start  timestamp with time zone NOT NULL,
+    span          "char" NOT NULL,
+    part_oid      oid NOT NULL,
+    skewed        boolean NOT NULL,
+    computed_at   timestamp with time zone NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT wfctl_rollup_buckets_pkey PRIMARY KEY (bucket_start, span),
+    CONSTRAINT wfctl_rollup_buckets_span_check CHECK ((span = ANY (ARRAY['h'::"char", 'd'::"char"])))
+);
+
+-- table wfctl_rollup_counts ----------------------------------------------------------------------
+
+CREATE TABLE wfctl_rollup_counts (
+    bucket_start   timestamp with time zone NOT NULL,
+    span           "char" NOT NULL,
+    workflow_type  text NOT NULL,
+    status         text NOT NULL,
+    workflows      bigint NOT NULL,
+    CONSTRAINT wfctl_rollup_counts_pkey PRIMARY KEY (bucket_start, span, workflow_type, status),
+    CONSTRAINT wfctl_rollup_counts_bucket_start_span_fkey FOREIGN KEY (bucket_start, span) REFERENCES wfctl_rollup_buckets(bucket_start, span) ON DELETE CASCADE
+);
+
+-- table wfctl_rollup_durations -------------------------------------------------------------------
+
+CREATE TABLE wfctl_rollup_durations (
+    bucket_start   timestamp with time zone NOT NULL,
+    span           "char" NOT NULL,
+    kind           "char" NOT NULL,
+    workflow_type  text NOT NULL,
+    step_name      text,
+    bin            integer NOT NULL,
+    n              bigint NOT NULL,
+    sum_seconds    double precision NOT NULL,
+    min_seconds    double precision NOT NULL,
+    max_seconds    double precision NOT NULL,
+    CONSTRAINT wfctl_rollup_durations_bucket_start_span_fkey FOREIGN KEY (bucket_start, span) REFERENCES wfctl_rollup_buckets(bucket_start, span) ON DELETE CASCADE
+);
+CREATE INDEX wfctl_rollup_durations_bucket_idx ON public.wfctl_rollup_durations USING btree (bucket_start, span);
+
+-- table wfctl_rollup_horizon ---------------------------------------------------------------------
+
+CREATE TABLE wfctl_rollup_horizon (
+    xid          xid8 NOT NULL,
+    observed_at  timestamp with time zone NOT NULL,
+    CONSTRAINT wfctl_rollup_horizon_pkey PRIMARY KEY (xid)
+);
+
+-- table wfctl_rollup_stale -----------------------------------------------------------------------
+
+CREATE TABLE wfctl_rollup_stale (
+    bucket_start  timestamp with time zone NOT NULL,
+    CONSTRAINT wfctl_rollup_stale_pkey PRIMARY KEY (bucket_start)
+);
 
 -- table wfctl_schema_migrations ------------------------------------------------------------------
 
@@ -249,6 +305,10 @@ CREATE INDEX workflows_running_owner_idx ON public.workflows USING btree (lease_
 CREATE TRIGGER workflows_announce_finished AFTER UPDATE OF status ON public.workflows FOR EACH ROW WHEN ((new.awaited AND ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) AND ((old.status)::text <> ALL ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])))) EXECUTE FUNCTION wfctl_announce_finished();
 CREATE TRIGGER workflows_child_finished AFTER UPDATE OF status ON public.workflows FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) AND ((old.status)::text <> ALL ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])))) EXECUTE FUNCTION wfctl_child_finished();
 CREATE TRIGGER workflows_notify_new AFTER INSERT ON public.workflows REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION wfctl_notify_new();
+CREATE TRIGGER workflows_rollup_delete AFTER DELETE ON public.workflows REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfctl_rollup_deleted();
+CREATE TRIGGER workflows_rollup_insert AFTER INSERT ON public.workflows FOR EACH ROW WHEN ((new.created_at < (clock_timestamp() - '00:10:00'::interval))) EXECUTE FUNCTION wfctl_rollup_touch();
+CREATE TRIGGER workflows_rollup_truncate AFTER TRUNCATE ON public.workflows FOR EACH STATEMENT EXECUTE FUNCTION wfctl_rollup_truncated();
+CREATE TRIGGER workflows_rollup_update AFTER UPDATE ON public.workflows FOR EACH ROW WHEN (((old.created_at < (clock_timestamp() - '00:10:00'::interval)) AND (((old.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) OR ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))) AND (((old.status)::text IS DISTINCT FROM (new.status)::text) OR ((old.workflow_type)::text IS DISTINCT FROM (new.workflow_type)::text) OR (old.created_at IS DISTINCT FROM new.created_at) OR (old.started_at IS DISTINCT FROM new.started_at) OR (old.finished_at IS DISTINCT FROM new.finished_at)))) EXECUTE FUNCTION wfctl_rollup_touch();
 
 -- sequences --------------------------------------------------------------------------------------
 
@@ -902,6 +962,14 @@ BEGIN
     RETURN moved;
 END;
 $function$;
+
+-- function wfctl_duration_bin --------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_duration_bin(p_seconds double precision)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN CASE WHEN (p_seconds > (0)::double precision) THEN (floor((ln(p_seconds) * (20)::double precision)))::integer ELSE '-2147483647'::integer END;
 
 -- function wfctl_ensure_partitions ---------------------------------------------------------------
 
@@ -1573,6 +1641,237 @@ BEGIN
     PERFORM wfctl_step_done(p_id, p_epoch, p_attempt, p_step, p_name, output, p_started);
     state := 'done';
 END;
+$function$;
+
+-- function wfctl_rollup_deleted ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    INSERT INTO wfctl_rollup_stale
+    SELECT DISTINCT wfctl_rollup_hour(g.created_at)
+    FROM gone g
+    WHERE g.created_at < clock_timestamp() - interval '10 minutes'  -- ROLLUP_SETTLE
+      AND g.status IN ('completed', 'failed', 'cancelled')
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+-- function wfctl_rollup_due ----------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_due()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+    SELECT EXISTS (SELECT FROM wfctl_rollup_stale)
+        OR EXISTS (
+            SELECT
+            FROM (SELECT wfctl_rollup_hour(min(created_at)) AS first FROM workflows) AS f,
+                 generate_series(f.first, clock_timestamp() - interval '10 minutes' - interval '1 hour',
+                                 interval '1 hour') AS g(b)
+            WHERE NOT EXISTS (SELECT FROM wfctl_rollup_buckets r WHERE r.bucket_start = g.b AND r.span = 'h'))
+$function$;
+
+-- function wfctl_rollup_gaps ---------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_gaps(p_start timestamp with time zone)
+ RETURNS TABLE(lo timestamp with time zone, hi timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER ROWS 4
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+    WITH used AS (SELECT bucket_start AS s, bucket_end AS e FROM wfctl_rollup_window(p_start)),
+    edges AS (SELECT coalesce(lag(e) OVER (ORDER BY s), p_start) AS lo, s AS hi FROM used
+              UNION ALL
+              SELECT coalesce(max(e), p_start), 'infinity' FROM used)
+    SELECT lo, hi FROM edges WHERE lo < hi
+$function$;
+
+-- function wfctl_rollup_hour ---------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_hour(p_at timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE STRICT
+RETURN date_bin('01:00:00'::interval, p_at, '2000-01-01 00:00:00+00'::timestamp with time zone);
+
+-- function wfctl_rollup_refresh ------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_refresh(p_hours integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+DECLARE
+    moment timestamptz := clock_timestamp();  -- before this transaction's id is assigned
+    horizon timestamptz;
+    first timestamptz;
+    computed integer;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('wfctl_rollup_refresh'), hashtext(current_schema())) THEN
+        RETURN 0;
+    END IF;
+    SELECT max(h.observed_at) INTO horizon
+    FROM wfctl_rollup_horizon h
+    WHERE h.xid < pg_snapshot_xmin(pg_current_snapshot());
+    DELETE FROM wfctl_rollup_horizon h WHERE h.observed_at < horizon;
+    INSERT INTO wfctl_rollup_horizon VALUES (pg_current_xact_id(), moment);
+    IF horizon IS NULL THEN
+        RETURN 0;
+    END IF;
+    -- buckets of a dropped partition, and those marked stale (a day with any of its hours):
+    -- computed again
+    DELETE FROM wfctl_rollup_buckets b
+    WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = b.part_oid);
+    WITH marked AS (DELETE FROM wfctl_rollup_stale RETURNING bucket_start)
+    DELETE FROM wfctl_rollup_buckets b
+    USING marked m
+    WHERE (b.span = 'h' AND b.bucket_start = m.bucket_start)
+       OR (b.span = 'd' AND b.bucket_start = date_bin('1 day', m.bucket_start, '2000-01-01 00:00:00+00'));
+    SELECT wfctl_rollup_hour(min(created_at)) INTO first FROM workflows;
+    IF first IS NULL THEN
+        RETURN 0;
+    END IF;
+    CREATE TEMP TABLE wfctl_rollup_todo ON COMMIT DROP AS
+    SELECT g.b AS bucket_start
+    FROM generate_series(first, horizon - interval '10 minutes' - interval '1 hour', interval '1 hour') AS g(b)
+    WHERE NOT EXISTS (SELECT FROM wfctl_rollup_buckets r WHERE r.bucket_start = g.b AND r.span = 'h')
+    ORDER BY g.b DESC
+    LIMIT greatest(p_hours, 0);
+    SELECT count(*) INTO computed FROM wfctl_rollup_todo;
+    IF computed > 0 THEN
+        CREATE TEMP TABLE wfctl_rollup_runs ON COMMIT DROP AS
+        SELECT t.bucket_start, w.id, w.tableoid AS part_oid, w.workflow_type, w.status,
+               w.started_at IS NOT NULL AND w.finished_at IS NOT NULL AS timed
+        FROM wfctl_rollup_todo t
+        JOIN workflows w ON w.created_at >= t.bucket_start AND w.created_at < t.bucket_start + interval '1 hour'
+        WHERE w.status IN ('completed', 'failed', 'cancelled');
+        CREATE TEMP TABLE wfctl_rollup_steps ON COMMIT DROP AS
+        SELECT r.bucket_start, r.id, r.workflow_type, r.timed, s.step_name, s.status, s.completed_at,
+               s.started_at <= r.bucket_start - interval '1 hour' AS early,  -- STEP_CLOCK_SLACK
+               date_part('epoch', s.completed_at - s.started_at) AS seconds
+        FROM wfctl_rollup_runs r
+        JOIN workflow_steps s ON s.workflow_id = r.id
+        WHERE s.started_at IS NOT NULL;
+        INSERT INTO wfctl_rollup_buckets (bucket_start, span, part_oid, skewed)
+        SELECT t.bucket_start, 'h',
+               coalesce((SELECT min(r.part_oid) FROM wfctl_rollup_runs r WHERE r.bucket_start = t.bucket_start),
+                        'workflows'::regclass::oid),
+               EXISTS (SELECT FROM wfctl_rollup_steps s WHERE s.bucket_start = t.bucket_start AND s.early)
+               OR (SELECT count(DISTINCT r.part_oid) > 1 FROM wfctl_rollup_runs r WHERE r.bucket_start = t.bucket_start)
+        FROM wfctl_rollup_todo t;
+        INSERT INTO wfctl_rollup_counts
+        SELECT bucket_start, 'h', workflow_type, status, count(*)
+        FROM wfctl_rollup_runs
+        GROUP BY 1, 3, 4;
+        INSERT INTO wfctl_rollup_durations
+        SELECT bucket_start, 'h', 'r', workflow_type, NULL, wfctl_duration_bin(seconds), count(*),
+               sum(seconds), min(seconds), max(seconds)
+        FROM (SELECT bucket_start, id, workflow_type, sum(seconds) AS seconds
+              FROM wfctl_rollup_steps
+              WHERE timed
+              GROUP BY 1, 2, 3) AS runs
+        WHERE seconds IS NOT NULL
+        GROUP BY 1, 4, 6;
+        INSERT INTO wfctl_rollup_durations
+        SELECT bucket_start, 'h', 's', workflow_type, step_name, wfctl_duration_bin(seconds), count(*),
+               sum(seconds), min(seconds), max(seconds)
+        FROM wfctl_rollup_steps
+        WHERE status = 'completed' AND completed_at IS NOT NULL
+        GROUP BY 1, 4, 5, 6;
+        DROP TABLE wfctl_rollup_runs, wfctl_rollup_steps;
+    END IF;
+    DROP TABLE wfctl_rollup_todo;
+    -- the days: merged from their hours (exact: counts and sums add, minima and maxima compare)
+    CREATE TEMP TABLE wfctl_rollup_days ON COMMIT DROP AS
+    SELECT date_bin('1 day', b.bucket_start, '2000-01-01 00:00:00+00') AS bucket_start, min(b.part_oid) AS part_oid
+    FROM wfctl_rollup_buckets b
+    WHERE b.span = 'h' AND NOT b.skewed
+      AND NOT EXISTS (SELECT FROM wfctl_rollup_buckets d
+                      WHERE d.span = 'd' AND d.bucket_start = date_bin('1 day', b.bucket_start, '2000-01-01 00:00:00+00'))
+    GROUP BY 1
+    HAVING count(*) = 24 AND count(DISTINCT b.part_oid) = 1;
+    INSERT INTO wfctl_rollup_buckets (bucket_start, span, part_oid, skewed)
+    SELECT bucket_start, 'd', part_oid, false FROM wfctl_rollup_days;
+    INSERT INTO wfctl_rollup_counts
+    SELECT d.bucket_start, 'd', c.workflow_type, c.status, sum(c.workflows)
+    FROM wfctl_rollup_days d
+    JOIN wfctl_rollup_counts c ON c.span = 'h' AND c.bucket_start >= d.bucket_start
+                              AND c.bucket_start < d.bucket_start + interval '1 day'
+    GROUP BY 1, 3, 4;
+    INSERT INTO wfctl_rollup_durations
+    SELECT d.bucket_start, 'd', u.kind, u.workflow_type, u.step_name, u.bin, sum(u.n), sum(u.sum_seconds),
+           min(u.min_seconds), max(u.max_seconds)
+    FROM wfctl_rollup_days d
+    JOIN wfctl_rollup_durations u ON u.span = 'h' AND u.bucket_start >= d.bucket_start
+                                 AND u.bucket_start < d.bucket_start + interval '1 day'
+    GROUP BY 1, 3, 4, 5, 6;
+    DROP TABLE wfctl_rollup_days;
+    RETURN computed;
+END $function$;
+
+-- function wfctl_rollup_touch --------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_touch()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(OLD.created_at)) ON CONFLICT DO NOTHING;
+    END IF;
+    INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(NEW.created_at)) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $function$;
+
+-- function wfctl_rollup_truncated ----------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_truncated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    DELETE FROM wfctl_rollup_buckets;
+    DELETE FROM wfctl_rollup_stale;
+    RETURN NULL;
+END $function$;
+
+-- function wfctl_rollup_window -------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_rollup_window(p_start timestamp with time zone)
+ RETURNS TABLE(bucket_start timestamp with time zone, span "char", bucket_end timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER ROWS 80
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+    WITH usable AS (
+        SELECT b.bucket_start, b.span,
+               b.bucket_start + CASE b.span WHEN 'd' THEN interval '1 day' ELSE interval '1 hour' END AS bucket_end
+        FROM wfctl_rollup_buckets b
+        WHERE b.bucket_start > p_start
+          AND NOT b.skewed
+          AND EXISTS (SELECT FROM pg_class c WHERE c.oid = b.part_oid)
+          AND NOT EXISTS (SELECT FROM wfctl_rollup_stale m
+                          WHERE m.bucket_start >= b.bucket_start
+                            AND m.bucket_start < b.bucket_start
+                                + CASE b.span WHEN 'd' THEN interval '1 day' ELSE interval '1 hour' END)
+    )
+    SELECT u.bucket_start, u.span, u.bucket_end
+    FROM usable u
+    WHERE u.span = 'd'
+       OR NOT EXISTS (SELECT FROM usable d
+                      WHERE d.span = 'd' AND u.bucket_start >= d.bucket_start AND u.bucket_start < d.bucket_end)
 $function$;
 
 -- function wfctl_send ----------------------------------------------------------------------------

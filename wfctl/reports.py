@@ -172,6 +172,7 @@ def _snapshot(conn: Conn) -> Iterator[None]:
         return
     with conn.transaction():
         conn.execute(q("reports.snapshot"))
+        conn.execute(q("reports.no_jit"))
         yield
 
 

@@ -16,6 +16,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON workflow_schedules TO {role};
 GRANT SELECT, INSERT, UPDATE ON workflow_limits TO {role};
 GRANT SELECT ON wfctl_schema_migrations TO {role};
 GRANT USAGE, SELECT ON SEQUENCE workflow_steps_id_seq TO {role};
+-- the rollups the reports read: a worker refreshes them (through functions that run as the
+-- schema's owner) and may run the reports too
+GRANT SELECT ON wfctl_rollup_buckets, wfctl_rollup_counts, wfctl_rollup_durations, wfctl_rollup_stale TO {role};
+GRANT EXECUTE ON FUNCTION wfctl_rollup_refresh(integer), wfctl_rollup_due(), wfctl_rollup_window(timestamptz),
+    wfctl_rollup_gaps(timestamptz) TO {role};
 GRANT EXECUTE ON FUNCTION wfctl_submit(text, jsonb, text, interval, integer, integer) TO {role};
 GRANT EXECUTE ON FUNCTION wfctl_channel() TO {role};
 GRANT EXECUTE ON FUNCTION
@@ -48,5 +53,7 @@ GRANT EXECUTE ON FUNCTION
 -- wfctl table, write none.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON workflows, workflow_steps, workflow_attempts, workers, workflow_messages,
-    workflow_events, workflow_schedules, workflow_limits, wfctl_settings, wfctl_schema_migrations
+    workflow_events, workflow_schedules, workflow_limits, wfctl_settings, wfctl_schema_migrations,
+    wfctl_rollup_buckets, wfctl_rollup_counts, wfctl_rollup_durations, wfctl_rollup_stale
     TO {role};
+GRANT EXECUTE ON FUNCTION wfctl_rollup_window(timestamptz), wfctl_rollup_gaps(timestamptz) TO {role};

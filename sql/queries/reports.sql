@@ -33,6 +33,15 @@
 -- and it is never stuck (stuck runs are 'running'). Once woken (a message came, the last child
 -- finished, the sleep or the wait's timeout is over) run_at has come: it is runnable, backlog
 -- like any pending run, until a worker claims it (the claim clears wait_kind).
+-- Rollups (migration 0028): stats and metrics read the finished runs of the hours the workers
+-- rolled up (wfctl_rollup_window) from wfctl_rollup_counts and wfctl_rollup_durations, and the
+-- rest from the base tables: every run of the other hours (wfctl_rollup_gaps, an index range
+-- each, the window's first, partial hour among them) and the unfinished runs of the rolled-up
+-- hours (idx_workflows_status), one row per workflow with its steps read by its id. Counts,
+-- sums, averages and maxima are exact either way. A percentile is exact (percentile_cont) when
+-- the window uses no rollup; with rollups it is placed in the 5 % wide duration bin that holds
+-- its rank, between the bin's smallest and largest values, in proportion to the rank: within
+-- 5 % of the exact value.
 -- Label values of `wfctl metrics` are grouped as they will be written: translate(x,
 -- %(controls)s, %(pictures)s) replaces the control characters the exposition format cannot
 -- carry (wfctl/prometheus.py), and a NULL step name is the empty one, so no series comes twice.
@@ -41,6 +50,11 @@
 -- The statements of one report see one snapshot (and work on a read-only standby).
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
+-- name: no_jit
+-- The report queries' cost estimates (a CTE's rows, a function's) can pass JIT's thresholds on
+-- a big table, and compiling them takes longer than running them.
+SET LOCAL jit = off;
+
 -- name: as_of
 SELECT (SELECT wfctl_now()) AS as_of;
 
@@ -48,21 +62,28 @@ SELECT (SELECT wfctl_now()) AS as_of;
 -- Outcome per workflow type of the workflows created in the window. success_pct keeps the
 -- reference design's meaning (completed / all created in the window). p50/p95 are of the
 -- durations (time in steps, see the top of this file) of the finished runs that were claimed
--- (completed, failed, cancelled while running) and stored a step. One row per workflow first
--- (grouped by its primary key, its other columns come along), its steps read as one range.
--- pending is the backlog (queued, backing off, woken); waiting, the parked runs (see the top).
-SELECT workflow_type,
-       count(*) AS total,
-       count(*) FILTER (WHERE status = 'completed') AS completed,
-       count(*) FILTER (WHERE status = 'failed') AS failed,
-       count(*) FILTER (WHERE status = 'running') AS running,
-       count(*) FILTER (WHERE status = 'pending' AND NOT waiting) AS pending,
-       count(*) FILTER (WHERE waiting) AS waiting,
-       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-       round(100.0 * count(*) FILTER (WHERE status = 'completed') / count(*), 1) AS success_pct,
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p50_seconds,
-       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds)::numeric, 3) AS p95_seconds
-FROM (
+-- (completed, failed, cancelled while running) and stored a step. pending is the backlog
+-- (queued, backing off, woken); waiting, the parked runs (see the top). Read as the rollups
+-- allow (see "Rollups" at the top).
+WITH bounds AS MATERIALIZED (
+    SELECT (SELECT wfctl_now()) - %(since)s::interval AS start
+), used AS MATERIALIZED (
+    SELECT u.bucket_start, u.span, u.bucket_end FROM bounds, wfctl_rollup_window(bounds.start) u
+), base AS MATERIALIZED (
+    SELECT w.id, w.workflow_type, w.status, w.wait_kind, w.run_at, w.started_at, w.finished_at
+    FROM bounds, wfctl_rollup_gaps(bounds.start) g
+    JOIN workflows w ON w.created_at >= g.lo AND w.created_at < g.hi
+    WHERE w.created_at > bounds.start
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+    UNION ALL
+    SELECT w.id, w.workflow_type, w.status, w.wait_kind, w.run_at, w.started_at, w.finished_at
+    FROM bounds, workflows w
+    WHERE w.status IN ('pending', 'running')
+      AND w.created_at > bounds.start
+      AND EXISTS (SELECT FROM used u WHERE w.created_at >= u.bucket_start AND w.created_at < u.bucket_end)
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+), live AS MATERIALIZED (
+    -- no rollup in the window: one row per workflow, its steps read as one range (hash-joined)
     SELECT w.workflow_type, w.status,
            w.status = 'pending' AND w.wait_kind IS NOT NULL AND w.run_at > (SELECT wfctl_now()) AS waiting,
            CASE WHEN w.started_at IS NOT NULL AND w.finished_at IS NOT NULL
@@ -70,15 +91,104 @@ FROM (
     FROM workflows w
     LEFT JOIN workflow_steps s
            ON s.workflow_id = w.id
-          AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
-    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
+          AND s.started_at > (SELECT start FROM bounds) - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE NOT EXISTS (SELECT FROM used)
+      AND w.created_at > (SELECT start FROM bounds)
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
     -- the primary key: (id) in the unpartitioned layout, (id, created_at) in the partitioned
     -- one (migration 0010), so the columns above depend on it in both
     GROUP BY w.id, w.created_at
-) AS windowed
-GROUP BY workflow_type
-ORDER BY total DESC, workflow_type;
+    UNION ALL
+    -- with rollups: the runs read from the tables, each one's steps by its id
+    SELECT w.workflow_type, w.status,
+           w.status = 'pending' AND w.wait_kind IS NOT NULL AND w.run_at > (SELECT wfctl_now()) AS waiting,
+           CASE WHEN w.started_at IS NOT NULL AND w.finished_at IS NOT NULL
+                THEN (SELECT sum(date_part('epoch', s.completed_at - s.started_at))
+                      FROM workflow_steps s
+                      WHERE s.workflow_id = w.id
+                        AND s.started_at > (SELECT start FROM bounds) - interval '1 hour')  -- STEP_CLOCK_SLACK
+           END AS run_seconds
+    FROM base w
+    WHERE EXISTS (SELECT FROM used)
+), counted AS (
+    SELECT workflow_type, status, waiting, count(*) AS n FROM live GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT c.workflow_type, c.status, false, c.workflows
+    FROM wfctl_rollup_counts c
+    WHERE (c.bucket_start, c.span) IN (SELECT bucket_start, span FROM used)
+      AND (%(workflow_type)s::text IS NULL OR c.workflow_type = %(workflow_type)s)
+), rates AS (
+    SELECT workflow_type,
+           sum(n) AS total,
+           coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
+           coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
+           coalesce(sum(n) FILTER (WHERE status = 'running'), 0) AS running,
+           coalesce(sum(n) FILTER (WHERE status = 'pending' AND NOT waiting), 0) AS pending,
+           coalesce(sum(n) FILTER (WHERE waiting), 0) AS waiting,
+           coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
+    FROM counted
+    GROUP BY workflow_type
+), exact AS (
+    -- no rollup in the window: the percentiles of the values themselves
+    SELECT workflow_type AS g,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY run_seconds) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY run_seconds) AS p95
+    FROM live
+    WHERE run_seconds IS NOT NULL AND NOT EXISTS (SELECT FROM used)
+    GROUP BY 1
+), bins AS (
+    -- with rollups: the duration bins of the base rows and of the rollups, merged
+    SELECT g, bin, sum(n) AS n, min(lo) AS lo, max(hi) AS hi
+    FROM (
+        SELECT workflow_type AS g, wfctl_duration_bin(run_seconds) AS bin, count(*) AS n,
+               min(run_seconds) AS lo, max(run_seconds) AS hi
+        FROM live
+        WHERE run_seconds IS NOT NULL AND EXISTS (SELECT FROM used)
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT d.workflow_type, d.bin, d.n, d.min_seconds, d.max_seconds
+        FROM used u
+        CROSS JOIN LATERAL (
+            SELECT d.* FROM wfctl_rollup_durations d
+            WHERE d.bucket_start = u.bucket_start AND d.span = u.span AND d.kind = 'r'
+              AND (%(workflow_type)s::text IS NULL OR d.workflow_type = %(workflow_type)s)
+            OFFSET 0
+        ) AS d
+    ) AS sources
+    GROUP BY g, bin
+), binned AS (
+    SELECT g, max(v) FILTER (WHERE q = 0.5) AS p50, max(v) FILTER (WHERE q = 0.95) AS p95
+    FROM (
+        SELECT c.g, f.q,
+               CASE WHEN f.q * (c.total - 1) - c.below <= c.n - 1
+                    THEN c.lo + (c.hi - c.lo) * (f.q * (c.total - 1) - c.below) / greatest(c.n - 1, 1)
+                    ELSE c.hi + (coalesce(c.next_lo, c.hi) - c.hi) * (f.q * (c.total - 1) - c.below - (c.n - 1))
+               END AS v
+        FROM (SELECT g, bin, n, lo, hi,
+                     lead(lo) OVER (PARTITION BY g ORDER BY bin) AS next_lo,
+                     sum(n) OVER (PARTITION BY g ORDER BY bin) - n AS below,
+                     sum(n) OVER (PARTITION BY g) AS total
+              FROM bins) AS c
+        CROSS JOIN (VALUES (0.5::float8), (0.95::float8)) AS f(q)
+        WHERE floor(f.q * (c.total - 1)) >= c.below AND floor(f.q * (c.total - 1)) < c.below + c.n
+    ) AS placed
+    GROUP BY g
+)
+SELECT r.workflow_type,
+       r.total::bigint AS total,
+       r.completed::bigint AS completed,
+       r.failed::bigint AS failed,
+       r.running::bigint AS running,
+       r.pending::bigint AS pending,
+       r.waiting::bigint AS waiting,
+       r.cancelled::bigint AS cancelled,
+       round(100.0 * r.completed / r.total, 1) AS success_pct,
+       round(coalesce(e.p50, b.p50)::numeric, 3) AS p50_seconds,
+       round(coalesce(e.p95, b.p95)::numeric, 3) AS p95_seconds
+FROM rates r
+LEFT JOIN exact e ON e.g = r.workflow_type
+LEFT JOIN binned b ON b.g = r.workflow_type
+ORDER BY r.total DESC, r.workflow_type;
 
 -- name: stuck
 -- Running workflows whose owner is gone: its heartbeat (and the run's updated_at) is older than
@@ -120,60 +230,238 @@ ORDER BY age_seconds DESC NULLS FIRST, w.id;
 
 -- name: slow_steps
 -- Duration of the completed steps of the workflows created in the window, per type and step
--- name (as the reference design groups them), slowest on average first.
-SELECT workflow_type,
-       step_name,
-       count(*) AS count,
-       round(avg(step_seconds)::numeric, 3) AS avg_seconds,
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p50_seconds,
-       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p95_seconds,
-       round(max(step_seconds)::numeric, 3) AS max_seconds,
-       round(sum(step_seconds)::numeric, 3) AS sum_seconds
-FROM (
-    SELECT w.workflow_type, s.step_name,
-           date_part('epoch', s.completed_at - s.started_at) AS step_seconds
+-- name (as the reference design groups them), slowest on average first. Read as success_rate
+-- reads; count, avg, max and sum are exact, p50/p95 as "Rollups" at the top says.
+WITH bounds AS MATERIALIZED (
+    SELECT (SELECT wfctl_now()) - %(since)s::interval AS start
+), used AS MATERIALIZED (
+    SELECT u.bucket_start, u.span, u.bucket_end FROM bounds, wfctl_rollup_window(bounds.start) u
+), base AS MATERIALIZED (
+    SELECT w.id, w.workflow_type
+    FROM bounds, wfctl_rollup_gaps(bounds.start) g
+    JOIN workflows w ON w.created_at >= g.lo AND w.created_at < g.hi
+    WHERE w.created_at > bounds.start
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+    UNION ALL
+    SELECT w.id, w.workflow_type
+    FROM bounds, workflows w
+    WHERE w.status IN ('pending', 'running')
+      AND w.created_at > bounds.start
+      AND EXISTS (SELECT FROM used u WHERE w.created_at >= u.bucket_start AND w.created_at < u.bucket_end)
+      AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
+), steps AS MATERIALIZED (
+    -- no rollup in the window: the steps of the window's workflows, both read as one range
+    -- each (workflow_steps_started_idx serves the steps' side) and hash-joined
+    SELECT w.workflow_type, s.step_name, date_part('epoch', s.completed_at - s.started_at) AS seconds
     FROM workflows w
     JOIN workflow_steps s ON s.workflow_id = w.id
-    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
-      -- what lets workflow_steps_started_idx serve the steps side of the join: a step starts
-      -- after its workflow was created, less the slack for a worker's clock
-      AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE NOT EXISTS (SELECT FROM used)
+      AND w.created_at > (SELECT start FROM bounds)
+      -- a step starts after its workflow was created, less the slack for a worker's clock
+      AND s.started_at > (SELECT start FROM bounds) - interval '1 hour'  -- STEP_CLOCK_SLACK
       AND (%(workflow_type)s::text IS NULL OR w.workflow_type = %(workflow_type)s)
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
-) AS windowed
-GROUP BY workflow_type, step_name
-ORDER BY avg_seconds DESC, workflow_type, step_name;
+    UNION ALL
+    -- with rollups: each run read from the tables, its steps by its id (OFFSET 0: not a join
+    -- over the steps of the whole window)
+    SELECT w.workflow_type, s.step_name, s.seconds
+    FROM base w
+    CROSS JOIN LATERAL (
+        SELECT s.step_name, date_part('epoch', s.completed_at - s.started_at) AS seconds
+        FROM workflow_steps s
+        WHERE s.workflow_id = w.id
+          AND s.started_at > (SELECT start FROM bounds) - interval '1 hour'  -- STEP_CLOCK_SLACK
+          AND s.status = 'completed'
+          AND s.completed_at IS NOT NULL
+        OFFSET 0
+    ) AS s
+    WHERE EXISTS (SELECT FROM used)
+), bins AS MATERIALIZED (
+    -- per type, step name and duration bin, from the base rows and from the rollups
+    SELECT workflow_type, step_name, bin, sum(n) AS n, sum(total) AS total, min(lo) AS lo, max(hi) AS hi
+    FROM (
+        SELECT workflow_type, step_name, wfctl_duration_bin(seconds) AS bin, count(*) AS n,
+               sum(seconds) AS total, min(seconds) AS lo, max(seconds) AS hi
+        FROM steps
+        GROUP BY 1, 2, 3
+        UNION ALL
+        SELECT d.workflow_type, d.step_name, d.bin, d.n, d.sum_seconds, d.min_seconds, d.max_seconds
+        FROM used u
+        CROSS JOIN LATERAL (
+            SELECT d.* FROM wfctl_rollup_durations d
+            WHERE d.bucket_start = u.bucket_start AND d.span = u.span AND d.kind = 's'
+              AND (%(workflow_type)s::text IS NULL OR d.workflow_type = %(workflow_type)s)
+            OFFSET 0
+        ) AS d
+    ) AS sources
+    GROUP BY 1, 2, 3
+), parts AS (
+    SELECT workflow_type, step_name, sum(n) AS n, sum(total) AS total, max(hi) AS hi
+    FROM bins
+    GROUP BY 1, 2
+), exact AS (
+    SELECT workflow_type, step_name,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds) AS p95
+    FROM steps
+    WHERE NOT EXISTS (SELECT FROM used)
+    GROUP BY 1, 2
+), binned AS (
+    SELECT workflow_type, step_name, max(v) FILTER (WHERE q = 0.5) AS p50, max(v) FILTER (WHERE q = 0.95) AS p95
+    FROM (
+        SELECT c.workflow_type, c.step_name, f.q,
+               CASE WHEN f.q * (c.count - 1) - c.below <= c.n - 1
+                    THEN c.lo + (c.hi - c.lo) * (f.q * (c.count - 1) - c.below) / greatest(c.n - 1, 1)
+                    ELSE c.hi + (coalesce(c.next_lo, c.hi) - c.hi) * (f.q * (c.count - 1) - c.below - (c.n - 1))
+               END AS v
+        FROM (SELECT workflow_type, step_name, bin, n, lo, hi,
+                     lead(lo) OVER (PARTITION BY workflow_type, step_name ORDER BY bin) AS next_lo,
+                     sum(n) OVER (PARTITION BY workflow_type, step_name ORDER BY bin) - n AS below,
+                     sum(n) OVER (PARTITION BY workflow_type, step_name) AS count
+              FROM bins) AS c
+        CROSS JOIN (VALUES (0.5::float8), (0.95::float8)) AS f(q)
+        WHERE EXISTS (SELECT FROM used)
+          AND floor(f.q * (c.count - 1)) >= c.below AND floor(f.q * (c.count - 1)) < c.below + c.n
+    ) AS placed
+    GROUP BY 1, 2
+)
+SELECT t.workflow_type,
+       t.step_name,
+       t.n::bigint AS count,
+       round((t.total / t.n)::numeric, 3) AS avg_seconds,
+       round(coalesce(e.p50, b.p50)::numeric, 3) AS p50_seconds,
+       round(coalesce(e.p95, b.p95)::numeric, 3) AS p95_seconds,
+       round(t.hi::numeric, 3) AS max_seconds,
+       round(t.total::numeric, 3) AS sum_seconds
+FROM parts t
+LEFT JOIN exact e ON e.workflow_type = t.workflow_type AND e.step_name IS NOT DISTINCT FROM t.step_name
+LEFT JOIN binned b ON b.workflow_type = t.workflow_type AND b.step_name IS NOT DISTINCT FROM t.step_name
+ORDER BY avg_seconds DESC, t.workflow_type, t.step_name;
 
 -- name: step_metrics
 -- slow_steps for `wfctl metrics`, grouped by the label values the exposition will write (the
 -- translation only where %(control_class)s finds a control character: translate() with a long
--- multibyte list is slow, and names are almost always clean); a type's label value not among
--- %(kept)s (workflow_counts) as %(other)s.
-SELECT CASE WHEN workflow_type = ANY(%(kept)s::text[]) THEN workflow_type ELSE %(other)s END
-           AS workflow_type,
-       step_name,
-       count(*) AS count,
-       round(percentile_cont(0.5) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p50_seconds,
-       round(percentile_cont(0.95) WITHIN GROUP (ORDER BY step_seconds)::numeric, 3) AS p95_seconds,
-       round(sum(step_seconds)::numeric, 3) AS sum_seconds
-FROM (
-    SELECT CASE WHEN w.workflow_type ~ %(control_class)s
-                THEN translate(w.workflow_type, %(controls)s, %(pictures)s)
-                ELSE w.workflow_type END AS workflow_type,
-           CASE WHEN s.step_name ~ %(control_class)s
-                THEN translate(s.step_name, %(controls)s, %(pictures)s)
-                ELSE coalesce(s.step_name, '') END AS step_name,
-           date_part('epoch', s.completed_at - s.started_at) AS step_seconds
+-- multibyte list is slow, and names are almost always clean; it is applied to the groups, not
+-- to each step); a type's label value not among %(kept)s (workflow_counts) as %(other)s.
+WITH bounds AS MATERIALIZED (
+    SELECT (SELECT wfctl_now()) - %(since)s::interval AS start
+), used AS MATERIALIZED (
+    SELECT u.bucket_start, u.span, u.bucket_end FROM bounds, wfctl_rollup_window(bounds.start) u
+), base AS MATERIALIZED (
+    SELECT w.id, w.workflow_type
+    FROM bounds, wfctl_rollup_gaps(bounds.start) g
+    JOIN workflows w ON w.created_at >= g.lo AND w.created_at < g.hi
+    WHERE w.created_at > bounds.start
+    UNION ALL
+    SELECT w.id, w.workflow_type
+    FROM bounds, workflows w
+    WHERE w.status IN ('pending', 'running')
+      AND w.created_at > bounds.start
+      AND EXISTS (SELECT FROM used u WHERE w.created_at >= u.bucket_start AND w.created_at < u.bucket_end)
+), steps AS MATERIALIZED (
+    -- as slow_steps reads them
+    SELECT w.workflow_type, s.step_name, date_part('epoch', s.completed_at - s.started_at) AS seconds
     FROM workflows w
     JOIN workflow_steps s ON s.workflow_id = w.id
-    WHERE w.created_at > (SELECT wfctl_now()) - %(since)s::interval
-      AND s.started_at > (SELECT wfctl_now()) - %(since)s::interval - interval '1 hour'  -- STEP_CLOCK_SLACK
+    WHERE NOT EXISTS (SELECT FROM used)
+      AND w.created_at > (SELECT start FROM bounds)
+      AND s.started_at > (SELECT start FROM bounds) - interval '1 hour'  -- STEP_CLOCK_SLACK
       AND s.status = 'completed'
       AND s.completed_at IS NOT NULL
-) AS windowed
-GROUP BY 1, step_name
-ORDER BY 1, step_name;
+    UNION ALL
+    SELECT w.workflow_type, s.step_name, s.seconds
+    FROM base w
+    CROSS JOIN LATERAL (
+        SELECT s.step_name, date_part('epoch', s.completed_at - s.started_at) AS seconds
+        FROM workflow_steps s
+        WHERE s.workflow_id = w.id
+          AND s.started_at > (SELECT start FROM bounds) - interval '1 hour'  -- STEP_CLOCK_SLACK
+          AND s.status = 'completed'
+          AND s.completed_at IS NOT NULL
+        OFFSET 0
+    ) AS s
+    WHERE EXISTS (SELECT FROM used)
+), named AS MATERIALIZED (
+    -- the label values of each stored (type, step name) pair
+    SELECT p.workflow_type, p.step_name,
+           CASE WHEN l.label = ANY(%(kept)s::text[]) THEN l.label ELSE %(other)s END AS type_label,
+           CASE WHEN p.step_name ~ %(control_class)s
+                THEN translate(p.step_name, %(controls)s, %(pictures)s)
+                ELSE coalesce(p.step_name, '') END AS step_label
+    FROM (SELECT DISTINCT workflow_type, step_name FROM steps
+          UNION
+          SELECT DISTINCT d.workflow_type, d.step_name
+          FROM used u
+          CROSS JOIN LATERAL (
+              SELECT d.workflow_type, d.step_name FROM wfctl_rollup_durations d
+              WHERE d.bucket_start = u.bucket_start AND d.span = u.span AND d.kind = 's'
+              OFFSET 0
+          ) AS d) AS p
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN p.workflow_type ~ %(control_class)s
+                    THEN translate(p.workflow_type, %(controls)s, %(pictures)s)
+                    ELSE p.workflow_type END AS label
+    ) AS l
+), bins AS MATERIALIZED (
+    SELECT m.type_label, m.step_label, x.bin, sum(x.n) AS n, sum(x.total) AS total, min(x.lo) AS lo, max(x.hi) AS hi
+    FROM (
+        SELECT workflow_type, step_name, wfctl_duration_bin(seconds) AS bin, count(*) AS n,
+               sum(seconds) AS total, min(seconds) AS lo, max(seconds) AS hi
+        FROM steps
+        GROUP BY 1, 2, 3
+        UNION ALL
+        SELECT d.workflow_type, d.step_name, d.bin, d.n, d.sum_seconds, d.min_seconds, d.max_seconds
+        FROM used u
+        CROSS JOIN LATERAL (
+            SELECT d.* FROM wfctl_rollup_durations d
+            WHERE d.bucket_start = u.bucket_start AND d.span = u.span AND d.kind = 's'
+            OFFSET 0
+        ) AS d
+    ) AS x
+    JOIN named m ON m.workflow_type = x.workflow_type AND m.step_name IS NOT DISTINCT FROM x.step_name
+    GROUP BY 1, 2, 3
+), parts AS (
+    SELECT type_label, step_label, sum(n) AS n, sum(total) AS total
+    FROM bins
+    GROUP BY 1, 2
+), exact AS (
+    SELECT m.type_label, m.step_label,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY s.seconds) AS p95
+    FROM steps s
+    JOIN named m ON m.workflow_type = s.workflow_type AND m.step_name IS NOT DISTINCT FROM s.step_name
+    WHERE NOT EXISTS (SELECT FROM used)
+    GROUP BY 1, 2
+), binned AS (
+    SELECT type_label, step_label, max(v) FILTER (WHERE q = 0.5) AS p50, max(v) FILTER (WHERE q = 0.95) AS p95
+    FROM (
+        SELECT c.type_label, c.step_label, f.q,
+               CASE WHEN f.q * (c.count - 1) - c.below <= c.n - 1
+                    THEN c.lo + (c.hi - c.lo) * (f.q * (c.count - 1) - c.below) / greatest(c.n - 1, 1)
+                    ELSE c.hi + (coalesce(c.next_lo, c.hi) - c.hi) * (f.q * (c.count - 1) - c.below - (c.n - 1))
+               END AS v
+        FROM (SELECT type_label, step_label, bin, n, lo, hi,
+                     lead(lo) OVER (PARTITION BY type_label, step_label ORDER BY bin) AS next_lo,
+                     sum(n) OVER (PARTITION BY type_label, step_label ORDER BY bin) - n AS below,
+                     sum(n) OVER (PARTITION BY type_label, step_label) AS count
+              FROM bins) AS c
+        CROSS JOIN (VALUES (0.5::float8), (0.95::float8)) AS f(q)
+        WHERE EXISTS (SELECT FROM used)
+          AND floor(f.q * (c.count - 1)) >= c.below AND floor(f.q * (c.count - 1)) < c.below + c.n
+    ) AS placed
+    GROUP BY 1, 2
+)
+SELECT t.type_label AS workflow_type,
+       t.step_label AS step_name,
+       t.n::bigint AS count,
+       round(coalesce(e.p50, b.p50)::numeric, 3) AS p50_seconds,
+       round(coalesce(e.p95, b.p95)::numeric, 3) AS p95_seconds,
+       round(t.total::numeric, 3) AS sum_seconds
+FROM parts t
+LEFT JOIN exact e ON e.type_label = t.type_label AND e.step_label = t.step_label
+LEFT JOIN binned b ON b.type_label = t.type_label AND b.step_label = t.step_label
+ORDER BY 1, 2;
 
 -- name: list_workflows
 -- Newest first. ORDER BY created_at DESC matches a backward scan of workflows_created_idx, or
@@ -406,19 +694,38 @@ WHERE k.stopped_at IS NULL
 ORDER BY 1;
 
 -- name: workflow_counts
--- Every workflow by type (as its label value) and status, for metrics: one pass over the table
--- grouped by the stored type, then the groups by their label value. Only the %(max_types)s
--- label values with the most workflows (ties by value) are series of their own: the others, and
--- a type whose label value is %(other)s itself, are summed under %(other)s, so that whoever can
--- submit cannot add series without bound. type_count: how many label values there are.
-WITH labelled AS (
+-- Every workflow by type (as its label value) and status, for metrics: grouped by the stored
+-- type (the finished runs of the rolled-up hours from their rollups, every other run from the
+-- table), then the groups by their label value. Only the %(max_types)s label values with the
+-- most workflows (ties by value) are series of their own: the others, and a type whose label
+-- value is %(other)s itself, are summed under %(other)s, so that whoever can submit cannot add
+-- series without bound. type_count: how many label values there are.
+WITH used AS MATERIALIZED (
+    SELECT u.bucket_start, u.span, u.bucket_end FROM wfctl_rollup_window('-infinity') u
+), stored AS (
+    SELECT workflow_type, status, sum(workflows) AS workflows
+    FROM (
+        SELECT w.workflow_type, w.status, count(*) AS workflows
+        FROM wfctl_rollup_gaps('-infinity') g
+        JOIN workflows w ON w.created_at >= g.lo AND w.created_at < g.hi
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT w.workflow_type, w.status, count(*)
+        FROM workflows w
+        WHERE w.status IN ('pending', 'running')
+          AND EXISTS (SELECT FROM used u WHERE w.created_at >= u.bucket_start AND w.created_at < u.bucket_end)
+        GROUP BY 1, 2
+        UNION ALL
+        SELECT c.workflow_type, c.status, sum(c.workflows)
+        FROM wfctl_rollup_counts c
+        WHERE (c.bucket_start, c.span) IN (SELECT bucket_start, span FROM used)
+        GROUP BY 1, 2
+    ) AS parts
+    GROUP BY 1, 2
+), labelled AS (
     SELECT translate(workflow_type, %(controls)s, %(pictures)s) AS label, status,
            sum(workflows) AS workflows
-    FROM (
-        SELECT workflow_type, status, count(*) AS workflows
-        FROM workflows
-        GROUP BY workflow_type, status
-    ) AS stored
+    FROM stored
     GROUP BY 1, status
 ), kept AS (
     SELECT label

@@ -294,6 +294,7 @@ PLANNED_BY_PARTITION = {
     "reports.success_rate",
     "reports.slow_steps",
     "reports.step_metrics",
+    "reports.workflow_counts",
     "reports.list_workflows",
 }
 
@@ -301,16 +302,27 @@ PLANNED_BY_PARTITION = {
 @pytest.mark.parametrize(
     ("name", "params", "indexes"),
     [
-        ("reports.success_rate", {"since": DAY, "workflow_type": None}, {"workflows_created_idx"}),
+        (
+            # the hours not rolled up by time, the unfinished runs of the others by status, a run's
+            # steps by its id, the rollups by hour
+            "reports.success_rate",
+            {"since": DAY, "workflow_type": None},
+            {
+                "workflows_created_idx",
+                "idx_workflows_status",
+                "workflow_steps_workflow_id_step_number_key",
+                "wfctl_rollup_counts_pkey",
+            },
+        ),
         (
             "reports.slow_steps",
             {"since": DAY, "workflow_type": None},
-            {"workflow_steps_started_idx"},  # the steps side: a time range, not a probe per workflow
+            {"workflow_steps_started_idx", "wfctl_rollup_durations_bucket_idx"},
         ),
         (
-            "reports.success_rate",
-            {"since": DAY, "workflow_type": None},
-            {"workflows_created_idx", "workflow_steps_started_idx"},
+            "reports.workflow_counts",
+            {**label_translation(), "other": "(other)", "max_types": 5},
+            {"workflows_created_idx", "idx_workflows_status", "wfctl_rollup_counts_pkey"},
         ),
         (
             "reports.step_metrics",

@@ -67,6 +67,7 @@ from wfctl.worker.policy import (
     should_claim,
 )
 from wfctl.worker.reconcile import Key
+from wfctl.worker.rollups import RollupDuty
 from wfctl.worker.session import REFUSED, GaveUp, Session
 from wfctl.worker.stopping import Stopper
 from wfctl.worker.sweep import SweepDuty, sweep_once
@@ -229,9 +230,18 @@ class Worker:
                 enabled=lambda: not self.stopping.is_set(),
             )
         )
+        # the rollups of finished runs the reports read (wfctl/worker/rollups.py): looked at every
+        # minute, refreshed in a thread of their own; not by --burst workers (they soon exit)
+        self.rollups: RollupDuty | None = None
+        if not options.burst:
+            self.rollups = self.duties.add(
+                RollupDuty(dsn, self.session, log, enabled=lambda: not self.stopping.is_set())
+            )
         # the pool's duties, which the worker holding the listening duty runs every beat for its
         # pool; a worker waiting for it runs them once per dead-after (_pace_pool_duties)
-        self._pool_duties: list[Duty] = [d for d in (self.sweep, self.deadlines, self.ticks) if d is not None]
+        self._pool_duties: list[Duty] = [
+            d for d in (self.sweep, self.deadlines, self.ticks, self.rollups) if d is not None
+        ]
         self._paced = False
         # the partitioned layout (wfctl/partitions.py): partitions ahead of time, looked for at the
         # start and every minute (one catalog lookup when they exist; nothing when unpartitioned)

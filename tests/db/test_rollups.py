@@ -236,7 +236,7 @@ def test_a_change_to_a_rolled_up_hour_is_read_from_the_base_tables_until_rolled_
 
 def test_an_open_hour_is_not_rolled_up_and_a_truncate_empties_the_rollups(conn):
     now = db_now(conn)
-    recent = workflow(conn, now, age=timedelta(minutes=20))
+    recent = workflow(conn, now, age=timedelta(minutes=1))  # its hour ends after now - 10 minutes
     history(conn, runs=30)
     roll_up(conn)
     (rolled,) = conn.execute(

@@ -71,7 +71,8 @@ CREATE TABLE wfctl_rollup_horizon (
 
 CREATE TABLE wfctl_rollup_stale (
     bucket_start  timestamp with time zone NOT NULL,
-    CONSTRAINT wfctl_rollup_stale_pkey PRIMARY KEY (bucket_start)
+    marked_by     integer NOT NULL DEFAULT pg_backend_pid(),
+    CONSTRAINT wfctl_rollup_stale_pkey PRIMARY KEY (bucket_start, marked_by)
 );
 
 -- table wfctl_schema_migrations ------------------------------------------------------------------
@@ -306,9 +307,9 @@ CREATE TRIGGER workflows_announce_finished AFTER UPDATE OF status ON public.work
 CREATE TRIGGER workflows_child_finished AFTER UPDATE OF status ON public.workflows FOR EACH ROW WHEN (((new.parent_id IS NOT NULL) AND ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) AND ((old.status)::text <> ALL ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])))) EXECUTE FUNCTION wfctl_child_finished();
 CREATE TRIGGER workflows_notify_new AFTER INSERT ON public.workflows REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION wfctl_notify_new();
 CREATE TRIGGER workflows_rollup_delete AFTER DELETE ON public.workflows REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION wfctl_rollup_deleted();
-CREATE TRIGGER workflows_rollup_insert AFTER INSERT ON public.workflows FOR EACH ROW WHEN ((new.created_at < (clock_timestamp() - '00:10:00'::interval))) EXECUTE FUNCTION wfctl_rollup_touch();
+CREATE TRIGGER workflows_rollup_insert AFTER INSERT ON public.workflows FOR EACH ROW WHEN (((date_bin('01:00:00'::interval, new.created_at, '2000-01-01 00:00:00+00'::timestamp with time zone) + '01:10:00'::interval) < clock_timestamp())) EXECUTE FUNCTION wfctl_rollup_touch();
 CREATE TRIGGER workflows_rollup_truncate AFTER TRUNCATE ON public.workflows FOR EACH STATEMENT EXECUTE FUNCTION wfctl_rollup_truncated();
-CREATE TRIGGER workflows_rollup_update AFTER UPDATE ON public.workflows FOR EACH ROW WHEN (((old.created_at < (clock_timestamp() - '00:10:00'::interval)) AND (((old.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) OR ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))) AND (((old.status)::text IS DISTINCT FROM (new.status)::text) OR ((old.workflow_type)::text IS DISTINCT FROM (new.workflow_type)::text) OR (old.created_at IS DISTINCT FROM new.created_at) OR (old.started_at IS DISTINCT FROM new.started_at) OR (old.finished_at IS DISTINCT FROM new.finished_at)))) EXECUTE FUNCTION wfctl_rollup_touch();
+CREATE TRIGGER workflows_rollup_update AFTER UPDATE ON public.workflows FOR EACH ROW WHEN ((((date_bin('01:00:00'::interval, old.created_at, '2000-01-01 00:00:00+00'::timestamp with time zone) + '01:10:00'::interval) < clock_timestamp()) AND (((old.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[])) OR ((new.status)::text = ANY ((ARRAY['completed'::character varying, 'failed'::character varying, 'cancelled'::character varying])::text[]))) AND (((old.status)::text IS DISTINCT FROM (new.status)::text) OR ((old.workflow_type)::text IS DISTINCT FROM (new.workflow_type)::text) OR (old.created_at IS DISTINCT FROM new.created_at) OR (old.started_at IS DISTINCT FROM new.started_at) OR (old.finished_at IS DISTINCT FROM new.finished_at)))) EXECUTE FUNCTION wfctl_rollup_touch();
 
 -- sequences --------------------------------------------------------------------------------------
 
@@ -1652,10 +1653,10 @@ CREATE OR REPLACE FUNCTION public.wfctl_rollup_deleted()
  SET search_path TO 'public', 'pg_temp'
 AS $function$
 BEGIN
-    INSERT INTO wfctl_rollup_stale
+    INSERT INTO wfctl_rollup_stale (bucket_start)
     SELECT DISTINCT wfctl_rollup_hour(g.created_at)
     FROM gone g
-    WHERE g.created_at < clock_timestamp() - interval '10 minutes'  -- ROLLUP_SETTLE
+    WHERE wfctl_rollup_hour(g.created_at) + interval '70 minutes' < clock_timestamp()  -- ROLLUP_SETTLE
       AND g.status IN ('completed', 'failed', 'cancelled')
     ON CONFLICT DO NOTHING;
     RETURN NULL;
@@ -1827,9 +1828,9 @@ CREATE OR REPLACE FUNCTION public.wfctl_rollup_touch()
 AS $function$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(OLD.created_at)) ON CONFLICT DO NOTHING;
+        INSERT INTO wfctl_rollup_stale (bucket_start) VALUES (wfctl_rollup_hour(OLD.created_at)) ON CONFLICT DO NOTHING;
     END IF;
-    INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(NEW.created_at)) ON CONFLICT DO NOTHING;
+    INSERT INTO wfctl_rollup_stale (bucket_start) VALUES (wfctl_rollup_hour(NEW.created_at)) ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $function$;
 

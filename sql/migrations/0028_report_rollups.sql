@@ -19,22 +19,25 @@
 --                           min and max. Counts, sums, averages and maxima read from it are
 --                           exact; a percentile is placed within its bin (docs/reference).
 --   wfctl_rollup_stale      hours whose finished runs changed after they may have been rolled
---                           up: written by the triggers below, cleared by the refresh that
---                           recomputes the hour; a report does not use a bucket marked stale.
+--                           up (one row per hour and marking session): written by the triggers
+--                           below, cleared by the refresh that recomputes the hour; a report
+--                           does not use a bucket marked stale.
 --   wfctl_rollup_horizon    when a refresh ran (clock_timestamp() before its transaction id was
 --                           assigned) and that id: an hour is closed once it ended
 --                           ROLLUP_SETTLE (10 minutes) before such a moment whose transaction
 --                           id is older than every running transaction.
 --
 -- The triggers workflows_rollup_insert, _update and _delete mark an hour stale when a row of it
--- is written ROLLUP_SETTLE or more after its created_at (by the database's clock_timestamp(): a
+-- is written ROLLUP_SETTLE or more after the hour ended (by the database's clock_timestamp(): a
 -- fake wfctl_now() does not move it): an insert of an old created_at, a finished run that leaves
 -- or enters its final status (retry, cancel, recovery, a late finish), a delete (prune; one
--- statement-level trigger per DELETE). A run finishing within 10 minutes of its creation, the
--- hot path, only evaluates the WHEN clause. A row written without a mark was written less than
--- ROLLUP_SETTLE after its hour ended, so before the next refresh's moment, by a transaction
--- whose id is older than the refresh's; the hour is not closed until that transaction ended
--- (committed late or not). workflows_rollup_truncate empties the rollups.
+-- statement-level trigger per DELETE). A run finishing within the hour it was created in or the
+-- next, the hot path, only evaluates the WHEN clause. A row written without a mark was written
+-- less than ROLLUP_SETTLE after its hour ended, so before the moment of any refresh that may
+-- roll the hour up, by a transaction whose id is older than that refresh's: the hour is not
+-- closed until that transaction ended (committed late or not). Each session marks in rows of
+-- its own (marked_by: its backend's pid), so concurrent writers never wait for one another's
+-- mark. workflows_rollup_truncate empties the rollups.
 --
 -- Both layouts: the row triggers on the partitioned parent are cloned to every partition, the
 -- statement triggers fire on the parent; a dropped partition is noticed by its oid
@@ -84,7 +87,9 @@ CREATE TABLE wfctl_rollup_durations (
 CREATE INDEX wfctl_rollup_durations_bucket_idx ON wfctl_rollup_durations (bucket_start, span);
 
 CREATE TABLE wfctl_rollup_stale (
-    bucket_start timestamptz PRIMARY KEY
+    bucket_start timestamptz NOT NULL,
+    marked_by integer NOT NULL DEFAULT pg_backend_pid(),
+    PRIMARY KEY (bucket_start, marked_by)
 );
 
 CREATE TABLE wfctl_rollup_horizon (
@@ -95,18 +100,18 @@ CREATE TABLE wfctl_rollup_horizon (
 CREATE FUNCTION wfctl_rollup_touch() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(OLD.created_at)) ON CONFLICT DO NOTHING;
+        INSERT INTO wfctl_rollup_stale (bucket_start) VALUES (wfctl_rollup_hour(OLD.created_at)) ON CONFLICT DO NOTHING;
     END IF;
-    INSERT INTO wfctl_rollup_stale VALUES (wfctl_rollup_hour(NEW.created_at)) ON CONFLICT DO NOTHING;
+    INSERT INTO wfctl_rollup_stale (bucket_start) VALUES (wfctl_rollup_hour(NEW.created_at)) ON CONFLICT DO NOTHING;
     RETURN NULL;
 END $$;
 
 CREATE FUNCTION wfctl_rollup_deleted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
-    INSERT INTO wfctl_rollup_stale
+    INSERT INTO wfctl_rollup_stale (bucket_start)
     SELECT DISTINCT wfctl_rollup_hour(g.created_at)
     FROM gone g
-    WHERE g.created_at < clock_timestamp() - interval '10 minutes'  -- ROLLUP_SETTLE
+    WHERE wfctl_rollup_hour(g.created_at) + interval '70 minutes' < clock_timestamp()  -- ROLLUP_SETTLE
       AND g.status IN ('completed', 'failed', 'cancelled')
     ON CONFLICT DO NOTHING;
     RETURN NULL;
@@ -120,10 +125,12 @@ BEGIN
 END $$;
 
 CREATE TRIGGER workflows_rollup_insert AFTER INSERT ON workflows FOR EACH ROW
-    WHEN (NEW.created_at < clock_timestamp() - interval '10 minutes')  -- ROLLUP_SETTLE
+    WHEN (date_bin('1 hour', NEW.created_at, '2000-01-01 00:00:00+00') + interval '70 minutes'
+          < clock_timestamp())  -- the hour's end plus ROLLUP_SETTLE
     EXECUTE FUNCTION wfctl_rollup_touch();
 CREATE TRIGGER workflows_rollup_update AFTER UPDATE ON workflows FOR EACH ROW
-    WHEN (OLD.created_at < clock_timestamp() - interval '10 minutes'  -- ROLLUP_SETTLE
+    WHEN (date_bin('1 hour', OLD.created_at, '2000-01-01 00:00:00+00') + interval '70 minutes'
+          < clock_timestamp()  -- the hour's end plus ROLLUP_SETTLE
           AND (OLD.status IN ('completed', 'failed', 'cancelled')
                OR NEW.status IN ('completed', 'failed', 'cancelled'))
           AND (OLD.status IS DISTINCT FROM NEW.status

@@ -234,6 +234,16 @@ def test_a_change_to_a_rolled_up_hour_is_read_from_the_base_tables_until_rolled_
     assert_reports_agree(conn, WINDOW)
 
 
+def test_a_run_that_finishes_soon_after_it_was_created_marks_nothing(conn):
+    """The hot path: a run finished in the hour it was created in (or the next) cannot be in a
+    rolled-up hour, and writes no mark."""
+    now = db_now(conn)
+    wid = workflow(conn, now, status="running", age=timedelta(seconds=5))
+    conn.execute("UPDATE workflows SET status = 'completed', finished_at = now() WHERE id = %s", (wid,))
+    conn.execute("DELETE FROM workflows WHERE id = %s", (wid,))
+    assert conn.execute("SELECT count(*) FROM wfctl_rollup_stale").fetchone()[0] == 0
+
+
 def test_an_open_hour_is_not_rolled_up_and_a_truncate_empties_the_rollups(conn):
     now = db_now(conn)
     recent = workflow(conn, now, age=timedelta(minutes=1))  # its hour ends after now - 10 minutes

@@ -103,6 +103,7 @@ def take(
     more than everything else together (reports.stats over the window), and change slowly."""
     with conn.transaction():
         conn.execute(q("reports.snapshot"))
+        conn.execute(q("reports.no_jit"))
         if slow_steps:
             stats = reports.stats(conn, since=since, stale=stale, workflow_type=workflow_type)
             as_of, stuck, steps = stats.as_of, stats.stuck, stats.slow_steps

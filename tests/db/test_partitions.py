@@ -22,7 +22,7 @@ from support.partitions import OLD, partition_names
 from test_schema import reference_queries
 
 import wfctl
-from wfctl import control, partitions
+from wfctl import control, partitions, reports, rollups
 from wfctl.queries import q
 from wfctl.worker import claims
 from wfctl.worker.checkpoints import Request, flush
@@ -502,3 +502,33 @@ def test_stats_runs_in_this_layout(cli, pdsn):
     assert result.exit_code == 0, result.stderr
     (row,) = json.loads(result.stdout)["success_rate"]
     assert (row["workflow_type"], row["total"], row["completed"], row["failed"]) == ("three", 2, 1, 1)
+
+
+def test_the_rollups_of_a_dropped_interval_are_not_read_and_are_made_again(cli, pdsn):
+    """Dropping a partition fires no trigger: the rollups of its hours name it (part_oid), and a
+    report does not use them once it is gone; the next refresh rolls those hours up again."""
+    old_partitions(pdsn, 40)
+    window = timedelta(days=45)
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        for _ in range(3):
+            finished_workflow(conn, OLD)
+
+        def caught_up() -> bool:
+            rollups.catch_up(conn, hours=2000)
+            return not rollups.due(conn)
+
+        wait_for(caught_up, what="the rollups to catch up")
+        day = "SELECT count(*) FROM wfctl_rollup_window(now() - %s) WHERE span = 'd'"
+        assert conn.execute(day, (window,)).fetchone()[0] > 0
+        (three,) = reports.stats(conn, since=window).success_rate
+        assert three["total"] == 3
+    assert cli("prune", "--older-than", "30d", "--dsn", pdsn).exit_code == 0
+    with psycopg.connect(pdsn, autocommit=True) as conn:
+        assert reports.stats(conn, since=window).success_rate == []
+        rollups.catch_up(conn, hours=2000)
+        assert reports.stats(conn, since=window).success_rate == []
+        (gone,) = conn.execute(
+            "SELECT count(*) FROM wfctl_rollup_buckets b"
+            " WHERE NOT EXISTS (SELECT FROM pg_class c WHERE c.oid = b.part_oid)"
+        ).fetchone()
+        assert gone == 0

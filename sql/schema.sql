@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0028, in
+-- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0029, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -194,6 +194,7 @@ CREATE TABLE workflow_messages (
     consumed_at      timestamp with time zone,
     consumed_step    integer,
     consumed_epoch   bigint,
+    trace_context    text,
     CONSTRAINT workflow_messages_pkey PRIMARY KEY (id),
     CONSTRAINT workflow_messages_idempotency_key_check CHECK (((char_length(idempotency_key) >= 1) AND (char_length(idempotency_key) <= 200))),
     CONSTRAINT workflow_messages_topic_check CHECK (((char_length(topic) >= 1) AND (char_length(topic) <= 150))),
@@ -1630,7 +1631,10 @@ BEGIN
         UPDATE workflow_messages
         SET consumed_at = wfctl_now(), consumed_step = p_step, consumed_epoch = p_epoch
         WHERE id = message.id;
-        output := jsonb_build_object('payload', message.payload, 'message', message.id);
+        output := jsonb_build_object('payload', message.payload, 'message', message.id)
+                  || CASE WHEN message.trace_context IS NOT NULL
+                          THEN jsonb_build_object('trace_context', message.trace_context)
+                          ELSE '{}'::jsonb END;
     ELSIF deadline IS NOT NULL AND deadline <= wfctl_now() THEN
         output := jsonb_build_object('payload', NULL, 'timed_out', true);
     ELSE
@@ -1955,6 +1959,23 @@ BEGIN
     id := message;
     created := coalesce((SELECT m.xmin = pg_current_xact_id()::xid
                          FROM workflow_messages m WHERE m.id = message), false);
+END;
+$function$;
+
+-- function wfctl_send_message --------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION public.wfctl_send_message(p_id uuid, p_topic text, p_payload jsonb, p_key text, p_trace_context text, OUT id bigint, OUT created boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'public', 'pg_temp'
+AS $function$
+BEGIN
+    PERFORM wfctl_check_trace_context(p_trace_context);
+    SELECT s.id, s.created INTO id, created FROM wfctl_send_message(p_id, p_topic, p_payload, p_key) s;
+    IF created AND p_trace_context IS NOT NULL THEN
+        UPDATE workflow_messages m SET trace_context = p_trace_context WHERE m.id = wfctl_send_message.id;
+    END IF;
 END;
 $function$;
 

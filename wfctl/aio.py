@@ -113,7 +113,7 @@ async def send(
             with coordination.database_errors():
                 wid = await _run_id(conn, message.given, message.to_key)
                 traced.submitted(wid)
-                row = await _fetchone(conn, "coordination.send", message.params(wid))
+                row = await _fetchone(conn, "coordination.send", message.params(wid, traced.trace_context))
                 return coordination.sent(row, wid).id
 
 

@@ -400,7 +400,10 @@ class Context:
         if stored is not None:
             return stored.output
         self._journal.boundary(number, name)
-        return self._journal.coordinate(op, number, name, params)
+        output = self._journal.coordinate(op, number, name, params)
+        if self._tracing is not None and op is Op.RECV and isinstance(output, dict) and "message" in output:
+            self._tracing.received(number, params["topic"], output["message"], output.get("trace_context"))
+        return output
 
     def _not_inside_transaction(self, name: str) -> None:
         """Steps do not nest in a transactional step's fn: theirs would be another transaction

@@ -136,7 +136,8 @@ def send_json(
     with tracing.sending(message.topic) as traced, _connection(conn_or_dsn) as conn, database_errors():
         wid = keys.run_id(conn, message.given, message.to_key)
         traced.submitted(wid)
-        return sent(conn.execute(q("coordination.send"), message.params(wid)).fetchone(), wid)
+        params = message.params(wid, traced.trace_context)
+        return sent(conn.execute(q("coordination.send"), params).fetchone(), wid)
 
 
 def encode_payload(payload: Any) -> str | None:
@@ -173,10 +174,16 @@ class Message:
         assert isinstance(topic, str), "check_message lets text through only"
         return cls(given, to_key, topic, payload_json, key)
 
-    def params(self, wid: UUID) -> dict[str, Any]:
+    def params(self, wid: UUID, trace_context: str | None = None) -> dict[str, Any]:
         """The parameters of ``coordination.send`` to the run ``wid`` (``given``, or the run
-        of ``to_key``: ``keys.run_id``)."""
-        return {"id": wid, "topic": self.topic, "payload": self.payload_json, "key": self.key}
+        of ``to_key``: ``keys.run_id``), with the sender's trace context (None: not traced)."""
+        return {
+            "id": wid,
+            "topic": self.topic,
+            "payload": self.payload_json,
+            "key": self.key,
+            "trace_context": trace_context,
+        }
 
 
 def sent(row: tuple[Any, ...] | None, wid: UUID) -> Sent:

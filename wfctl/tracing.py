@@ -286,6 +286,24 @@ class RunTracing:
             attributes["wfctl.park.until"] = until.isoformat()
         trace.get_current_span().add_event("wfctl.parked", attributes)
 
+    def received(self, number: int, topic: str, message: Any, trace_context: str | None) -> None:
+        """The span ``wfctl.recv <topic>`` (a consumer's) of a message the run took, linked to
+        the span that sent it when the sender was traced (the message's stored context): the
+        sender's trace and the run's meet there. A replay of the recv makes none."""
+        from opentelemetry import trace
+        from opentelemetry.trace import Link, SpanKind
+
+        links = []
+        sender = trace.get_current_span(stored_context(trace_context)).get_span_context()
+        if trace_context and sender.is_valid:
+            links.append(Link(sender))
+        attributes: dict[str, Any] = {"wfctl.step.number": number, "wfctl.message.topic": topic}
+        if message is not None:
+            attributes["wfctl.message.id"] = message
+        self._tracer.start_span(
+            f"wfctl.recv {topic}", kind=SpanKind.CONSUMER, links=links, attributes=attributes
+        ).end()
+
     @contextmanager
     def step(self, number: int, name: str, kind: str = "step") -> Iterator[Span]:
         """The span ``wfctl.step <name>`` of a step that runs (a replayed one has none): its

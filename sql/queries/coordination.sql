@@ -5,8 +5,11 @@
 
 -- name: send
 -- The message's id, and whether this transaction stored it (false: its key was used before, or
--- a concurrent send with the same key stored it first).
-SELECT id, created FROM wfctl_send_message(%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text);
+-- a concurrent send with the same key stored it first); with the sender's trace context (NULL
+-- when the send is not traced), migration 0029.
+SELECT id, created
+FROM wfctl_send_message(%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
+                        %(trace_context)s::text);
 
 -- name: listen
 -- The channel that announces results and events (payload: the workflow id).

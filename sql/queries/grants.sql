@@ -29,6 +29,7 @@ GRANT EXECUTE ON FUNCTION
     wfctl_submit_one(text, jsonb, text, float8, integer, integer, float8, text, text, text),
     wfctl_submit_many(text, jsonb[], float8, integer, integer, float8, text, text, text),
     wfctl_send(uuid, text, jsonb, text), wfctl_send_message(uuid, text, jsonb, text),
+    wfctl_send_message(uuid, text, jsonb, text, text),
     wfctl_outcome(uuid), wfctl_event_value(uuid, text), wfctl_await(uuid), wfctl_known_types()
     TO {role};
 
@@ -45,6 +46,7 @@ GRANT EXECUTE ON FUNCTION
     wfctl_submit_one(text, jsonb, text, float8, integer, integer, float8, text, text, text),
     wfctl_submit_many(text, jsonb[], float8, integer, integer, float8, text, text, text),
     wfctl_send(uuid, text, jsonb, text), wfctl_send_message(uuid, text, jsonb, text),
+    wfctl_send_message(uuid, text, jsonb, text, text),
     wfctl_outcome(uuid), wfctl_event_value(uuid, text), wfctl_await(uuid), wfctl_known_types()
     TO {role};
 

@@ -18,7 +18,7 @@ import wfctl
 
 
 class LinesExporter(SpanExporter):
-    """Each span: name, trace and span ids, its parent's id, its attributes."""
+    """Each span: name, trace and span ids, its parent's id, its attributes, its links."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -32,6 +32,10 @@ class LinesExporter(SpanExporter):
                     "span_id": f"{span.context.span_id:016x}",
                     "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
                     "attributes": dict(span.attributes or {}),
+                    "links": [
+                        {"trace_id": f"{ln.context.trace_id:032x}", "span_id": f"{ln.context.span_id:016x}"}
+                        for ln in span.links
+                    ],
                 }
                 out.write(json.dumps(record) + "\n")
         return SpanExportResult.SUCCESS
@@ -47,3 +51,8 @@ if os.environ.get("WFCTL_TEST_SPANS"):
 def traced_flow(ctx: wfctl.Context, data: Any) -> str:
     ctx.step("first", lambda: 1)
     return ctx.step("second", lambda: "done")
+
+
+@wfctl.workflow("traced-recv", max_retries=0)
+def traced_recv(ctx: wfctl.Context, data: Any) -> Any:
+    return ctx.recv("approval")

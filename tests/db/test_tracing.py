@@ -283,3 +283,22 @@ def test_a_trace_context_over_its_bound_is_refused(dsn, conn):
             "SELECT * FROM wfctl_submit_one('traced', '{}', NULL, NULL, 0, NULL, NULL, NULL, NULL, %s)",
             ["x" * 1025],
         )
+
+
+def test_a_traced_send_stores_its_context_with_the_message_and_an_untraced_one_none(dsn, conn, spans):
+    wid = wfctl.submit(dsn, "napping")
+    wfctl.send(dsn, wid, "approval", {"ok": True}, key="first")
+    send = one(spans, "wfctl.send")
+    tracing.use(None)
+    wfctl.send(dsn, wid, "approval", {"ok": False}, key="second")
+    # the signature before the context
+    conn.execute("SELECT * FROM wfctl_send_message(%s, 'approval', NULL, 'third')", [wid])
+    stored = rows(dsn, "SELECT idempotency_key, trace_context FROM workflow_messages ORDER BY id")
+    assert stored == [("first", traceparent(send)), ("second", None), ("third", None)]
+
+
+def test_a_message_trace_context_over_its_bound_is_refused_and_nothing_is_sent(dsn, conn):
+    wid = wfctl.submit(dsn, "napping")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 1024 characters"):
+        conn.execute("SELECT * FROM wfctl_send_message(%s, 'approval', NULL, NULL, %s)", [wid, "x" * 1025])
+    assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]

@@ -45,6 +45,36 @@ def test_a_worker_process_continues_the_trace_of_a_submit_made_here(workers, dsn
     assert {s["parent_id"] for s in steps} == {run["span_id"]}
 
 
+def test_a_message_links_the_run_that_takes_it_to_the_span_that_sent_it(workers, dsn, tmp_path):
+    """The run stays in its submitter's trace; its recv span links to the sender's, in another
+    trace (the message carries the sender's context through the database)."""
+    wid = wfctl.submit(dsn, "traced-recv")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    try:
+        with provider.get_tracer("tests").start_as_current_span("approver"):
+            wfctl.send(dsn, wid, "approval", {"ok": True})
+    finally:
+        tracing.use(None)
+    [send] = [s for s in exporter.get_finished_spans() if s.name == "wfctl.send"]
+    spans_file = tmp_path / "spans.jsonl"
+    workers.run(app="tracedflows", env={**NO_OTEL, "WFCTL_TEST_SPANS": str(spans_file)})
+
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    [run] = [s for s in spans if s["name"] == "wfctl.run traced-recv"]
+    [recv] = [s for s in spans if s["name"] == "wfctl.recv approval"]
+    assert run["attributes"]["wfctl.outcome"] == "completed"
+    assert (recv["trace_id"], recv["parent_id"]) == (run["trace_id"], run["span_id"])
+    sender = {"trace_id": f"{send.context.trace_id:032x}", "span_id": f"{send.context.span_id:016x}"}
+    assert recv["links"] == [sender]
+    assert recv["trace_id"] != f"{send.context.trace_id:032x}"
+    # what carried it: the message's row
+    [(stored,)] = rows(dsn, "SELECT trace_context FROM workflow_messages WHERE workflow_id = %s", wid)
+    assert stored is not None and f"{send.context.span_id:016x}" in stored
+
+
 def test_wfctl_submit_traces_by_the_environment_and_the_worker_continues_it(workers, dsn, tmp_path):
     env = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "shop-tests"}
     done = workers.wfctl("submit", "traced-flow", "{}", env=env)

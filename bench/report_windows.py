@@ -12,15 +12,18 @@ the workers keep, against the same reports from the tables alone in the same run
 4. for the windows of --compare, the same reports with the rollups deleted in a transaction that
    is rolled back (the tables alone, the reports before the rollups), their times, the ratio,
    and a check that every count, sum and maximum agrees and every percentile is within 5.2 %.
+
+The schema's clock (``wfctl_now()``) is stopped while it measures, so that every reading sees
+the same window, and started again at the end: run it on a database no worker uses.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,7 @@ def best(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
     return min(times), result
 
 
-def disagreements(rolled: list[dict], base: list[dict]) -> list[str]:
+def disagreements(rolled: list[dict[str, Any]], base: list[dict[str, Any]]) -> list[str]:
     found = []
     if len(rolled) != len(base):
         return [f"{len(rolled)} rows against {len(base)}"]
@@ -78,29 +81,41 @@ def main() -> None:
             started = time.perf_counter()
             hours = rollups.catch_up(conn, hours=rollups.HOURS_PER_REFRESH)
             print(f"catch-up: {hours} hours rolled up in {time.perf_counter() - started:.1f} s")
-        rolled_up = conn.execute(SQL["rollup_sizes"]).fetchone()
-        assert rolled_up is not None
-        hours, days, duration_rows, size = rolled_up
-        print(f"rollups: {hours} hours, {days} days, {duration_rows:,} duration rows, {size}")
-        print("\n| window | stats | metrics | stats, tables alone | metrics, tables alone | ratio | agree |")
-        print("|---|---|---|---|---|---|---|")
-        for label, since in windows:
-            stats_s, rolled = best(lambda s=since: reports.stats(conn, since=s), args.runs)
-            metrics_s, _ = best(lambda s=since: reports.metric_families(conn, since=s), args.runs)
-            row = [label, f"{stats_s * 1000:,.0f} ms", f"{metrics_s * 1000:,.0f} ms"]
-            if label in compare:
-                base_s, base_m, base = tables_alone(conn, since, args.runs)
-                found = disagreements(rolled.success_rate, base.success_rate)
-                found += disagreements(rolled.slow_steps, base.slow_steps)
-                row += [
-                    f"{base_s * 1000:,.0f} ms",
-                    f"{base_m * 1000:,.0f} ms",
-                    f"{base_s / stats_s:,.1f}x",
-                    "yes" if not found else "; ".join(found[:3]),
-                ]
-            else:
-                row += ["", "", "", ""]
-            print("| " + " | ".join(row) + " |", flush=True)
+        conn.execute(SQL["freeze"])
+        try:
+            measure(conn, windows, compare, args.runs)
+        finally:
+            conn.execute(SQL["thaw"])
+
+
+def measure(
+    conn: psycopg.Connection[Any], windows: list[tuple[str, timedelta]], compare: set[str], runs: int
+) -> None:
+    """The table: each window read as the rollups allow, and for those of ``compare`` from the
+    tables alone too."""
+    rolled_up = conn.execute(SQL["rollup_sizes"]).fetchone()
+    assert rolled_up is not None
+    hours, days, duration_rows, size = rolled_up
+    print(f"rollups: {hours} hours, {days} days, {duration_rows:,} duration rows, {size}")
+    print("\n| window | stats | metrics | stats, tables alone | metrics, tables alone | ratio | agree |")
+    print("|---|---|---|---|---|---|---|")
+    for label, since in windows:
+        stats_s, rolled = best(partial(reports.stats, conn, since=since), runs)
+        metrics_s, _ = best(partial(reports.metric_families, conn, since=since), runs)
+        row = [label, f"{stats_s * 1000:,.0f} ms", f"{metrics_s * 1000:,.0f} ms"]
+        if label in compare:
+            base_s, base_m, base = tables_alone(conn, since, runs)
+            found = disagreements(rolled.success_rate, base.success_rate)
+            found += disagreements(rolled.slow_steps, base.slow_steps)
+            row += [
+                f"{base_s * 1000:,.0f} ms",
+                f"{base_m * 1000:,.0f} ms",
+                f"{base_s / stats_s:,.1f}x",
+                "yes" if not found else "; ".join(found[:3]),
+            ]
+        else:
+            row += ["", "", "", ""]
+        print("| " + " | ".join(row) + " |", flush=True)
 
 
 def tables_alone(conn: psycopg.Connection[Any], since: timedelta, runs: int) -> tuple[float, float, Any]:
@@ -116,4 +131,4 @@ def tables_alone(conn: psycopg.Connection[Any], since: timedelta, runs: int) -> 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

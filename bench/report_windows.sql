@@ -18,3 +18,12 @@ SELECT (SELECT count(*) FROM wfctl_rollup_buckets WHERE span = 'h') AS hours,
 -- without JIT, as the reports' own snapshot runs)
 DELETE FROM wfctl_rollup_buckets;
 SET LOCAL jit = off;
+
+-- name: freeze
+-- The schema's clock stopped at now (wfctl_now(), migration 0022), so that the reports read
+-- from the rollups and from the tables alone see the same window.
+INSERT INTO wfctl_settings (name, value) VALUES ('fake_now', now()::text)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+
+-- name: thaw
+DELETE FROM wfctl_settings WHERE name = 'fake_now';

@@ -128,7 +128,10 @@ CREATE TRIGGER workflows_rollup_insert AFTER INSERT ON workflows FOR EACH ROW
     WHEN (date_bin('1 hour', NEW.created_at, '2000-01-01 00:00:00+00') + interval '70 minutes'
           < clock_timestamp())  -- the hour's end plus ROLLUP_SETTLE
     EXECUTE FUNCTION wfctl_rollup_touch();
-CREATE TRIGGER workflows_rollup_update AFTER UPDATE ON workflows FOR EACH ROW
+-- (only an UPDATE that sets one of the columns a rollup reads: a checkpoint's or a heartbeat's
+-- does not even evaluate the WHEN, nor fetch the old row for it)
+CREATE TRIGGER workflows_rollup_update
+    AFTER UPDATE OF status, workflow_type, created_at, started_at, finished_at ON workflows FOR EACH ROW
     WHEN (date_bin('1 hour', OLD.created_at, '2000-01-01 00:00:00+00') + interval '70 minutes'
           < clock_timestamp()  -- the hour's end plus ROLLUP_SETTLE
           AND (OLD.status IN ('completed', 'failed', 'cancelled')

@@ -1,9 +1,10 @@
 """The hourly and daily rollups of finished runs that ``stats`` and ``metrics`` read for long
-windows (migration 0028, docs/explanation/reports.md): asking whether they are behind, and
+windows (migration 0028, docs/reference/reports.md): asking whether they are behind, and
 computing the next hours. The workers do it as a duty (``wfctl/worker/rollups.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,7 +29,9 @@ def refresh(conn: psycopg.Connection[Any], hours: int = HOURS_PER_REFRESH) -> in
     return int(row[0]) if row else 0
 
 
-def catch_up(conn: psycopg.Connection[Any], *, hours: int = HOURS_PER_REFRESH, stop: Any = None) -> int:
+def catch_up(
+    conn: psycopg.Connection[Any], *, hours: int = HOURS_PER_REFRESH, stop: Callable[[], bool] | None = None
+) -> int:
     """Refresh until a refresh computes fewer than ``hours`` (or ``stop()`` says so); the hours
     computed in all."""
     total, first = 0, True

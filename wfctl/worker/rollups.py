@@ -44,13 +44,12 @@ class RollupDuty(Duty):
         self.dsn = dsn
         self.session = session
         self.log = log
-        self.enabled = enabled
         self.thread: threading.Thread | None = None
         self.computed = 0  # hours this worker rolled up
         self._failed: str | None = None  # the last failure logged (each kind once in a row)
 
     def _look(self) -> None:
-        if not self.enabled() or (self.thread is not None and self.thread.is_alive()):
+        if not self.active() or (self.thread is not None and self.thread.is_alive()):
             return
         if not self.session.guarded("rollups check", rollups.due, otherwise=False):
             return
@@ -60,7 +59,7 @@ class RollupDuty(Duty):
     def _refresh(self) -> None:
         try:
             with connect(self.dsn, application_name="wfctl rollups") as conn:
-                self.computed += rollups.catch_up(conn, stop=lambda: not self.enabled())
+                self.computed += rollups.catch_up(conn, stop=lambda: not self.active())
         except (psycopg.Error, WfctlError) as exc:
             said = self.session.one_line(exc)
             if said != self._failed:

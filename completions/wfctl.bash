@@ -63,7 +63,7 @@ _wfctl() {
         "db url") opts="--dsn --config --reveal --help -h"; cmds="" ;;
         "demo") opts="--orders --dsn --config --help -h"; cmds="" ;;
         "event") opts="--wait --dsn --config --json --help -h"; cmds="" ;;
-        "init") opts="--grant --grant-worker --grant-submit --grant-read --schema --partitioned --partition-interval --dsn --config --json --help -h"; cmds="" ;;
+        "init") opts="--grant --grant-worker --grant-submit --grant-read --schema --partitioned --partition-interval --force --dsn --config --json --help -h"; cmds="" ;;
         "limit") opts="--concurrency --per-key --rate --clear --dsn --config --json --help -h"; cmds="" ;;
         "limits") opts="--dsn --config --json --help -h"; cmds="" ;;
         "list") opts="--status --type --since --limit --waiting --key --replica --dsn --config --json --help -h"; cmds="" ;;

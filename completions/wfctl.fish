@@ -84,6 +84,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from init' -l grant-read -x -d 'Let
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l schema -x -d 'Put every wfctl table, function and trigger in this schema (default: public), and record it in the wfctl.toml written'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l partitioned -d 'Store workflows, steps and attempts in time partitions (prune drops whole intervals); an existing database is converted (workers stopped)'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l partition-interval -x -d 'With --partitioned: one partition per 1d, 7d or 30d of created_at [default: 1d]'
+complete -c wfctl -n '__fish_seen_subcommand_from init' -l force -d 'Apply the contracts (what older releases need, removed) even while workers of an older release heartbeat: they fail at their next call to what was removed'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l dsn -x -d 'PostgreSQL DSN or URL; overrides WFCTL_DSN, wfctl.toml and PG* variables'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l config -r -F -d 'Config file (default: $WFCTL_CONFIG, else the nearest wfctl.toml here or above)'
 complete -c wfctl -n '__fish_seen_subcommand_from init' -l json -d 'Print JSON on stdout instead of tables'

@@ -1,4 +1,4 @@
--- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0029, in
+-- The wfctl schema as the migrations leave it: the unpartitioned layout, after migration 0030, in
 -- the schema public (another schema: its name in place of public).
 --
 -- NOT APPLIED BY ANYTHING. sql/migrations/NNNN_*.sql install and upgrade a database (`wfctl
@@ -114,6 +114,7 @@ CREATE TABLE workers (
     wake_channel        text,
     started_seq         bigint NOT NULL DEFAULT 0,
     abandoned_calls     integer NOT NULL DEFAULT 0,
+    schema_version      integer,
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_dead_after_positive CHECK ((dead_after_seconds > (0)::double precision)),
     CONSTRAINT workers_heartbeat_positive CHECK ((heartbeat_seconds > (0)::double precision))

@@ -1,33 +1,62 @@
-"""Schema migrations (``sql/migrations/NNNN_name.sql``) and the version check every command runs.
+"""Schema migrations (``sql/migrations/NNNN_name.sql``), contracts (``sql/contracts/``) and the
+version check every command runs.
 
-Migrations apply in order inside one transaction holding an advisory lock, so concurrent
-``wfctl init`` runs are safe: the first applies, the others wait and then find nothing to do.
-They run in the schema the connection's search_path names (``[database] schema``: wfctl's
-connections set it; the schema is created first when missing), each schema with its own lock,
-so two wfctl schemas in one database are installed independently.
+Releases overlap during an upgrade (docs/guides/upgrade.md). Migrations only add, so a release
+runs on any schema from its own version (``latest_version``) up; what a release no longer needs
+is removed by a contract, which ``wfctl init`` applies once no live worker of an older release
+remains. A contract NNNN removes what releases built for a schema before NNNN needed; it is
+recorded in ``wfctl_schema_migrations`` with its number negated, and the highest one applied is
+the database's floor: a release older than the floor is refused with a message that says so.
+
+A new install runs in one transaction; in an upgrade, each migration and each contract runs in
+a transaction of its own. Each takes an advisory lock, so concurrent ``wfctl init`` runs are
+safe: the first applies, the others wait and then find nothing to do. A statement that waits
+for a table lock holds back every statement queued behind it (the workers' claims among them),
+so each waits at most ``LOCK_TIMEOUT`` and the transaction is retried after a pause. They run
+in the schema the connection's search_path names (``[database] schema``: wfctl's connections
+set it; the schema is created first when missing), each schema with its own lock, so two wfctl
+schemas in one database are installed independently.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 
-from wfctl import schema_trust
-from wfctl.errors import NotFound, SchemaError
+from wfctl import __version__, schema_trust
+from wfctl.errors import InvalidState, NotFound, SchemaError
 from wfctl.queries import composed, q, sql_root
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _PLAIN_SCHEMA = re.compile(r"[a-z_][a-z0-9_]*")
 DEFAULT_SCHEMA = "public"
 
+#: The first schema version whose release runs on newer schemas: migrations after it only add
+#: (tests/unit/test_migration_rules.py holds them to it).
+OVERLAP_FROM = 30
+
+#: How long one statement of a migration or a contract waits for a lock before its transaction
+#: is rolled back and retried (the longest it can hold a worker's claim back), how many times,
+#: and the pause before the n-th retry (n times this, at most LOCK_PAUSE_MAX).
+LOCK_TIMEOUT = "500ms"
+LOCK_TRIES = 40
+LOCK_PAUSE = 0.1
+LOCK_PAUSE_MAX = 2.0
+
 
 @dataclass(frozen=True)
 class Migration:
+    """A migration (``sql/migrations/``) or a contract (``sql/contracts/``)."""
+
     version: int
     name: str
     path: Path
@@ -35,21 +64,48 @@ class Migration:
     def sql(self) -> str:
         return self.path.read_text(encoding="utf-8")
 
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
 
-@cache
-def migrations() -> tuple[Migration, ...]:
+
+def _numbered(folder: str) -> list[Migration]:
     found: list[Migration] = []
-    for path in sorted((sql_root() / "migrations").iterdir()):
+    root = sql_root() / folder
+    if not root.is_dir():
+        return found
+    for path in sorted(root.iterdir()):
         match = _FILE.match(path.name)
         if match:
             found.append(Migration(int(match.group(1)), match.group(2), path))
+    return found
+
+
+@cache
+def migrations() -> tuple[Migration, ...]:
+    found = _numbered("migrations")
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"migrations must be numbered 1..n without gaps, found {versions}")
     return tuple(found)
 
 
+@cache
+def contracts() -> tuple[Migration, ...]:
+    """The contracts, in order: each numbered after the first schema that no longer needs what
+    it removes (a migration of that number exists), numbers rising."""
+    found = _numbered("contracts")
+    versions = [c.version for c in found]
+    if versions != sorted(set(versions)) or any(v <= OVERLAP_FROM or v > latest_version() for v in versions):
+        raise RuntimeError(
+            f"contracts must be numbered once each, above {OVERLAP_FROM} and at most the latest "
+            f"migration ({latest_version()}), found {versions}"
+        )
+    return tuple(found)
+
+
 def latest_version() -> int:
+    """The schema version this release is built for: the number of its latest migration."""
     return migrations()[-1].version
 
 
@@ -62,15 +118,31 @@ def current_version(conn: psycopg.Connection[Any]) -> int | None:
     return int(row[0]) if row else 0
 
 
+def floor(conn: psycopg.Connection[Any]) -> int:
+    """The oldest release schema the database still runs: the highest contract applied (0:
+    none)."""
+    row = conn.execute(q("schema.floor")).fetchone()
+    return int(row[0]) if row else 0
+
+
 def current_schema(conn: psycopg.Connection[Any]) -> str | None:
     """The schema wfctl's tables are in: the first of the search_path that exists."""
     who = conn.execute(q("admin.whoami")).fetchone()
     return str(who[2]) if who and who[2] is not None else None
 
 
+def _too_old(version: int, lowest: int) -> SchemaError:
+    return SchemaError(
+        f"this wfctl {__version__} (schema {latest_version()}) is too old for the database: its schema "
+        f"(version {version}) no longer keeps what releases before schema {lowest} need",
+        f"upgrade wfctl on this machine to a release built for schema {lowest} or later",
+    )
+
+
 def check(conn: psycopg.Connection[Any]) -> int:
-    """Refuse a schema where roles wfctl does not trust may create objects (``trust``), and a
-    database whose schema is missing, older or newer than this wfctl's."""
+    """Refuse a schema where roles wfctl does not trust may create objects (``trust``), a
+    database without the schema, one older than this release, and one whose contracts removed
+    what this release needs. A newer schema that still keeps it is accepted."""
     here = current_schema(conn)
     if here is not None:
         schema_trust.check_use(conn, here)
@@ -80,14 +152,15 @@ def check(conn: psycopg.Connection[Any]) -> int:
         raise SchemaError("this database has no wfctl schema", "run `wfctl init` to install it")
     if version < latest:
         raise SchemaError(
-            f"the database schema is version {version}, older than this wfctl's {latest}",
-            "run `wfctl init` to upgrade it",
+            f"the database schema is version {version}, older than this wfctl's {latest} "
+            f"(wfctl {__version__})",
+            "run `wfctl init` with this release to upgrade it; the workers of the release before "
+            "keep running",
         )
     if version > latest:
-        raise SchemaError(
-            f"the database schema is version {version}, newer than this wfctl understands ({latest})",
-            "upgrade wfctl on this machine",
-        )
+        lowest = floor(conn)
+        if lowest > latest:
+            raise _too_old(version, lowest)
     return version
 
 
@@ -97,6 +170,7 @@ class MigrateResult:
     after: int
     applied: tuple[Migration, ...]
     schema: str | None = None  # the schema wfctl's tables are in
+    lock_retries: int = 0  # transactions rolled back because a lock was not had in LOCK_TIMEOUT
 
 
 def search_path_schema(conn: psycopg.Connection[Any]) -> str | None:
@@ -116,42 +190,159 @@ def lock_key(schema: str | None) -> str:
     return f"wfctl.schema.{schema}"
 
 
-def migrate(conn: psycopg.Connection[Any]) -> MigrateResult:
-    """Apply every missing migration, under the schema's lock, in one transaction, in the schema
-    the search_path names (``search_path_schema``: created when missing), else in the
-    connection's current schema."""
+@dataclass
+class _Locked:
+    """Runs one change (a migration, a contract) in a transaction of its own under the schema's
+    advisory lock, retried while its statements cannot have their locks within LOCK_TIMEOUT."""
+
+    conn: psycopg.Connection[Any]
+    key: str
+    sleep: Callable[[float], None] = time.sleep
+    retries: int = 0
+
+    def run(self, what: str, change: Callable[[], bool]) -> bool:
+        """``change`` (True: it applied, False: nothing left to do) under the lock."""
+        for attempt in range(1, LOCK_TRIES + 1):
+            try:
+                with self.conn.transaction():
+                    self.conn.execute(q("schema.lock"), {"key": self.key})  # waits for another init
+                    self.conn.execute(q("schema.lock_timeout"), {"timeout": LOCK_TIMEOUT})
+                    return change()
+            except pg_errors.LockNotAvailable:
+                self.retries += 1
+                if attempt == LOCK_TRIES:
+                    break
+                self.sleep(min(LOCK_PAUSE * attempt, LOCK_PAUSE_MAX))
+        raise InvalidState(
+            f"{what} did not get its locks: {LOCK_TRIES} tries each waited {LOCK_TIMEOUT} and gave up "
+            "(a long transaction holds a wfctl table; see pg_stat_activity); what was applied "
+            "before it stays",
+            "run `wfctl init` again once that transaction has ended",
+        )
+
+
+def _setup(conn: psycopg.Connection[Any], key: str, own: str | None) -> set[int]:
+    """Create the schema (when the search_path names a missing one) and the version table, after
+    the trust check; the numbers recorded."""
     with conn.transaction():
-        own = search_path_schema(conn)
-        conn.execute(q("schema.lock"), {"key": lock_key(own)})
+        conn.execute(q("schema.lock"), {"key": key})
         if own is not None and not conn.execute(q("schema.schema_exists"), {"schema": own}).fetchone():
             conn.execute(composed("schema.create_schema", schema=own))
         here = own if own is not None else current_schema(conn)
         if here is not None:
             schema_trust.check_install(conn, here)
         conn.execute(q("schema.create_version_table"))
-        done = {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
-        before = max(done, default=0)
-        if before > latest_version():
-            raise SchemaError(
-                f"the database schema is version {before}, newer than this wfctl understands "
-                f"({latest_version()})",
-                "upgrade wfctl on this machine",
-            )
-        applied: list[Migration] = []
-        for migration in migrations():
-            if migration.version in done:
-                continue
-            conn.execute(migration.sql().encode())  # several statements: simple query protocol
-            # never prepared: run once per migration, it would pass psycopg's threshold (5) on a
-            # fresh install and leave a prepared statement on a pooled server connection
-            conn.execute(
-                q("schema.record"), {"version": migration.version, "name": migration.name}, prepare=False
-            )
-            applied.append(migration)
-        who = conn.execute(q("admin.whoami")).fetchone()
+        return {int(row[0]) for row in conn.execute(q("schema.applied")).fetchall()}
+
+
+def migrate(
+    conn: psycopg.Connection[Any],
+    *,
+    target: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> MigrateResult:
+    """Apply every missing migration (up to ``target``, the latest by default), each in its own
+    transaction under the schema's lock, in the schema the search_path names
+    (``search_path_schema``: created when missing), else in the connection's current schema. A
+    database newer than this release is left as it is, refused only when its contracts removed
+    what this release needs."""
+    own = search_path_schema(conn)
+    key = lock_key(own)
+    done = _setup(conn, key, own)
+    before = max((v for v in done if v > 0), default=0)
+    latest = latest_version()
+    if before > latest:
+        lowest = floor(conn)
+        if lowest > latest:
+            raise _too_old(before, lowest)
+        return MigrateResult(before=before, after=before, applied=(), schema=current_schema(conn))
+    locked = _Locked(conn, key, sleep)
+    missing = [m for m in migrations() if m.version not in done and (target is None or m.version <= target)]
+    applied: list[Migration] = []
+    if before == 0 and missing:
+        # a new install: no worker runs yet, so all of it in one transaction (a concurrent init
+        # finds it done)
+        if locked.run("the schema's installation", functools.partial(_install, conn, missing)):
+            applied = missing
+    else:
+        for migration in missing:
+            if locked.run(
+                f"migration {migration.label}", functools.partial(_apply_migration, conn, migration)
+            ):
+                applied.append(migration)
+    after = current_version(conn) or 0
     return MigrateResult(
-        before=before, after=latest_version(), applied=tuple(applied), schema=str(who[2]) if who else own
+        before=before,
+        after=after,
+        applied=tuple(applied),
+        schema=current_schema(conn),
+        lock_retries=locked.retries,
     )
+
+
+def _install(conn: psycopg.Connection[Any], missing: list[Migration]) -> bool:
+    if conn.execute(q("schema.current_version")).fetchone() != (0,):
+        return False  # another `wfctl init` installed it while this one waited
+    for migration in missing:
+        _apply_migration(conn, migration)
+    return True
+
+
+def _apply_migration(conn: psycopg.Connection[Any], migration: Migration) -> bool:
+    if conn.execute(q("schema.is_applied"), {"version": migration.version}).fetchone():
+        return False  # another `wfctl init` applied it while this one waited
+    conn.execute(migration.sql().encode())  # several statements: simple query protocol
+    # never prepared: run once per migration, it would pass psycopg's threshold (5) on a fresh
+    # install and leave a prepared statement on a pooled server connection
+    conn.execute(q("schema.record"), {"version": migration.version, "name": migration.name}, prepare=False)
+    return True
+
+
+@dataclass(frozen=True)
+class ContractResult:
+    """What ``contract`` did: the contracts applied, the ones left for later (``waiting``: the
+    first of them is held back by ``older_workers``, live workers of an older release)."""
+
+    applied: tuple[Migration, ...] = ()
+    waiting: tuple[Migration, ...] = ()
+    older_workers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    lock_retries: int = 0
+
+
+def contract(
+    conn: psycopg.Connection[Any], *, force: bool = False, sleep: Callable[[float], None] = time.sleep
+) -> ContractResult:
+    """Apply the contracts the schema's version allows and its floor has not passed, in order,
+    each once no live worker of a release built for an older schema remains (``force``: at
+    once, breaking such workers)."""
+    version = current_version(conn) or 0
+    key = lock_key(search_path_schema(conn))
+    locked = _Locked(conn, key, sleep)
+    applied: list[Migration] = []
+    pending = [c for c in contracts() if c.version <= version]
+    for index, item in enumerate(pending):
+        older: list[dict[str, Any]] = []
+
+        def change(item: Migration = item, older: list[dict[str, Any]] = older) -> bool:
+            if floor(conn) >= item.version:
+                return False
+            if not force:
+                cur = conn.execute(q("schema.older_live_workers"), {"version": item.version})
+                names = [c.name for c in cur.description or []]
+                older.extend(dict(zip(names, row, strict=True)) for row in cur.fetchall())
+                if older:
+                    return False
+            conn.execute(item.sql().encode())
+            conn.execute(
+                q("schema.record_contract"), {"version": item.version, "name": item.name}, prepare=False
+            )
+            return True
+
+        if locked.run(f"contract {item.label}", change):
+            applied.append(item)
+        elif older:
+            return ContractResult(tuple(applied), tuple(pending[index:]), tuple(older), locked.retries)
+    return ContractResult(tuple(applied), (), (), locked.retries)
 
 
 #: The jobs ``wfctl init --grant-JOB ROLE`` gives a role, each a block of sql/queries/grants.sql.

@@ -677,6 +677,9 @@ FROM (
            k.abandoned_calls,
            k.workflow_types,
            k.version,
+           -- the schema version its release was built for (migration 0030; NULL: a release
+           -- before it): during an upgrade, the old release's workers and the new one's
+           k.schema_version,
            k.started_at,
            k.heartbeat_at,
            k.stopped_at

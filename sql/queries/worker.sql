@@ -431,10 +431,10 @@ WHERE wf.oid = %(oid)s AND wf.oid <> pt.partdefid;
 -- runnable index one priority at a time (a loose scan: each level costs one descent), and at
 -- each level only the runs due within the horizon.
 WITH beat AS (
-    INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version,
+    INSERT INTO workers (id, hostname, pid, concurrency, workflow_types, version, schema_version,
                          heartbeat_seconds, dead_after_seconds, wake_channel, abandoned_calls)
     VALUES (%(id)s, %(hostname)s, %(pid)s, %(concurrency)s, %(types)s::text[], %(version)s,
-            %(interval)s, %(dead_after)s,
+            %(schema_version)s::int, %(interval)s, %(dead_after)s,
             CASE WHEN %(addressable)s THEN wfctl_worker_channel(%(id)s) END, %(abandoned)s)
     ON CONFLICT (id) DO UPDATE
     SET heartbeat_at = (SELECT wfctl_now()), stopped_at = NULL, wake_channel = excluded.wake_channel,

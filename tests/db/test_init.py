@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from helpers import free_port, with_db
 
+import wfctl
 from wfctl import schema
 from wfctl.queries import composed
 
@@ -56,8 +57,9 @@ def test_init_upgrades_a_version_1_database(cli, empty_dsn, monkeypatch):
     refused = cli("list", "--dsn", empty_dsn)
     assert refused.exit_code == 5
     assert refused.stderr == (
-        f"wfctl: error: the database schema is version 1, older than this wfctl's {latest}"
-        " (run `wfctl init` to upgrade it)\n"
+        f"wfctl: error: the database schema is version 1, older than this wfctl's {latest} "
+        f"(wfctl {wfctl.__version__}) (run `wfctl init` with this release to upgrade it; the "
+        "workers of the release before keep running)\n"
     )
     status = json.loads(cli("db", "status", "--dsn", empty_dsn, "--json").stdout)
     assert (status["schema_version"], status["schema_latest"]) == (1, latest)

@@ -181,11 +181,14 @@ def test_missing_schema_says_run_init(cli, empty_dsn):
     )
 
 
-def test_newer_schema_says_upgrade_wfctl(cli, dsn):
+def test_a_schema_contracted_past_this_release_says_upgrade_wfctl(cli, dsn):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future')")
+        assert cli("recover", "--dsn", dsn).exit_code == 0  # a newer schema that still runs it
+        conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (-99, 'future')")
     result = cli("recover", "--dsn", dsn)
-    assert result.exit_code == 5 and "newer than this wfctl" in result.stderr
+    assert result.exit_code == 5 and "is too old for the database" in result.stderr
+    assert "upgrade wfctl on this machine" in result.stderr
 
 
 def test_python_api_and_sql_function(dsn):

@@ -206,8 +206,11 @@ def deep_workflow(ctx: Ctx) -> None:
 
 
 def newer_schema(ctx: Ctx) -> None:
+    """A newer release's schema whose contract removed what this release needs."""
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future')")
+        conn.execute(
+            "INSERT INTO wfctl_schema_migrations (version, name) VALUES (99, 'future'), (-99, 'future')"
+        )
 
 
 def unreachable() -> str:
@@ -1034,7 +1037,7 @@ ROWS: list[Row] = [
     ),
     Row("db-does-not-exist", ("stats", "--dsn", "<nodb>"), "does not exist", 4),
     *no_schema_rows(),
-    Row("schema-newer-than-wfctl", ("stats", *D), "newer than this wfctl", 5, setup=newer_schema),
+    Row("schema-contracted-past-wfctl", ("stats", *D), "is too old for the database", 5, setup=newer_schema),
     # -- configuration --
     Row("toml-syntax", ("stats",), "not valid TOML", 3, setup=write("wfctl.toml", "[database\n")),
     Row(

@@ -15,7 +15,7 @@ import psycopg
 import typer
 from typer.core import TyperGroup
 
-from wfctl import __version__, exits
+from wfctl import __version__, exits, schema
 from wfctl.cli import (
     candidates,
     completion,
@@ -181,7 +181,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        render.line(f"wfctl {__version__}")
+        render.line(f"wfctl {__version__} (schema version {schema.latest_version()})")
         raise typer.Exit()
 
 

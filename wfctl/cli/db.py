@@ -79,7 +79,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
     with conn:
         seen = schema.overview(conn)
         trusted = schema_trust.inspect(conn, seen.schema) if seen.schema else None
-        layout = partitions.layout(conn) if seen.schema_version == schema.latest_version() else None
+        layout = partitions.layout(conn) if (seen.schema_version or 0) >= schema.latest_version() else None
         parts = partitions.partitions(conn) if layout and layout.partitioned else []
     info.update(
         running=True,

@@ -337,6 +337,12 @@ def _attempts_table(attempts: Sequence[dict[str, Any]]) -> None:
     )
 
 
+def _release(row: dict[str, Any]) -> str | None:
+    """A worker's release and the schema version it was built for: ``0.2.0 (schema 30)``."""
+    version, built_for = row.get("version"), row.get("schema_version")
+    return f"{version} (schema {built_for})" if version and built_for else version
+
+
 def workers_table(rows: Sequence[dict[str, Any]]) -> None:
     table(
         None,
@@ -363,7 +369,7 @@ def workers_table(rows: Sequence[dict[str, Any]]) -> None:
                 f"{r['running']}/{r['concurrency']}",
                 r["abandoned_calls"],  # step calls that outlived their timeout and still run
                 r["started_at"],
-                r["version"],
+                _release(r),
             )
             for r in rows
         ],

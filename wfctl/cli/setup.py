@@ -85,13 +85,23 @@ def init(
             show_default=False,
         ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Apply the contracts (what older releases need, removed) even while workers of "
+            "an older release heartbeat: they fail at their next call to what was removed.",
+        ),
+    ] = False,
     dsn: DsnOpt = None,
     config: ConfigOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Install or upgrade the wfctl schema. It writes wfctl.toml when none is found.
 
-    Safe to run several at once and to re-run: an up-to-date database is left unchanged.
+    Migrations only add, so workers of the release before keep running; what they need is
+    removed (a contract) by a later init, once none of them heartbeats. Safe to run several at
+    once and to re-run: an up-to-date database is left unchanged.
     """
     session = Session.create(dsn, config, json)
     session.announce = False  # init says what it wrote instead
@@ -115,6 +125,7 @@ def init(
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
+        contracted = schema.contract(conn, force=force)
         layout = _layout(conn, days)
         for role, job in grants:
             schema.grant(conn, role, job)
@@ -135,7 +146,11 @@ def init(
                 "database": where,
                 "schema_version_before": result.before,
                 "schema_version": result.after,
-                "applied": [f"{m.version:04d}_{m.name}" for m in result.applied],
+                "applied": [m.label for m in result.applied],
+                "contracted": [c.label for c in contracted.applied],
+                "contracts_waiting": [c.label for c in contracted.waiting],
+                "waiting_for_workers": [_worker_label(w) for w in contracted.older_workers],
+                "lock_retries": result.lock_retries + contracted.lock_retries,
                 "config_written": str(written) if written else None,
                 "granted": [role for role, job in grants if job == "worker"],
                 "granted_jobs": [{"role": role, "job": job} for role, job in grants],
@@ -147,12 +162,19 @@ def init(
         return
     for role, job in grants:
         render.notice(f"granted role {role!r} {_GRANTED[job]}")
-    if not result.applied:
-        render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
+    if result.after > schema.latest_version():
+        render.notice(
+            f"schema version {result.after} in {where} is newer than this wfctl's "
+            f"{schema.latest_version()} and still runs it; nothing changed"
+        )
+    elif not result.applied:
+        if not contracted.applied:
+            render.notice(f"schema is up to date (version {result.after}) in {where}; nothing changed")
     else:
-        names = ", ".join(f"{m.version:04d}_{m.name}" for m in result.applied)
+        names = ", ".join(m.label for m in result.applied)
         verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
         render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
+    _tell_contracts(contracted)
     if days is not None:
         render.notice(
             f"layout: partitioned, one partition per {layout.interval_days}d of created_at "
@@ -169,6 +191,31 @@ def init(
                 f"not recorded in {written.name}: {', '.join(unrecorded)} (a job without them in "
                 "its environment connects without them; a password belongs in ~/.pgpass or PGPASSFILE)"
             )
+
+
+def _worker_label(worker: dict[str, Any]) -> str:
+    release = worker["version"] or "unknown release"
+    return f"{worker['hostname']}:{worker['pid']} (wfctl {release})"
+
+
+def _tell_contracts(result: schema.ContractResult) -> None:
+    """Say which contracts were applied and which were left for later, and why."""
+    if result.applied:
+        names = ", ".join(c.label for c in result.applied)
+        before = result.applied[-1].version
+        render.notice(f"contracted: removed what releases before schema {before} needed ({names})")
+    if result.waiting:
+        names = ", ".join(c.label for c in result.waiting)
+        older = result.older_workers
+        shown = ", ".join(_worker_label(w) for w in older[:5])
+        if len(older) > 5:
+            shown += f" and {len(older) - 5} more"
+        workers = "1 live worker" if len(older) == 1 else f"{len(older)} live workers"
+        render.notice(
+            f"left for later: {names}; {workers} of a release before schema "
+            f"{result.waiting[0].version} still need it: {shown}. Run `wfctl init` again once "
+            "they have stopped (`--force` applies it now and breaks them)"
+        )
 
 
 #: What ``init`` says it gave a role, by job.

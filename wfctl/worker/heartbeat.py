@@ -17,7 +17,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import class_row
 
-from wfctl import __version__
+from wfctl import __version__, schema
 from wfctl.queries import q
 
 
@@ -84,6 +84,7 @@ def beat(
                 "concurrency": concurrency,
                 "types": types,
                 "version": __version__,
+                "schema_version": schema.latest_version(),
                 "interval": interval,
                 "dead_after": dead_after,
                 "addressable": addressable,

@@ -11,7 +11,7 @@ with. ``wfctl.aio`` has these calls as coroutines for asyncio applications. Ever
 library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from wfctl import aio
 from wfctl.client import submit

@@ -11,7 +11,7 @@ with. ``wfctl.aio`` has these calls as coroutines for asyncio applications. Ever
 library raises is a ``wfctl.WfctlError`` (see ``wfctl/errors.py``).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 from wfctl import aio
 from wfctl.client import submit

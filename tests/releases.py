@@ -20,6 +20,8 @@ from helpers import REPO
 
 _TAG = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _VERSION = re.compile(r'^__version__ = "([^"]+)"$', re.MULTILINE)
+#: A release's heading in CHANGELOG.md and the line under it that names its commit.
+_RELEASED = re.compile(r"^## \[(\d+\.\d+\.\d+)\] - .*\n\nTag `v\1`, commit ([0-9a-f]{7,40})\.$", re.MULTILINE)
 
 
 def build(source: Path, out: Path, *, sdist: bool = False) -> Path:
@@ -102,21 +104,33 @@ def _release_key(version: str) -> tuple[int, int, int, int]:
     return int(major), int(minor), int(patch), 0 if dev else 1
 
 
-def previous_release() -> str | None:
-    """The newest tag vX.Y.Z of a release before this tree's version (None: there is none)."""
+def previous_release() -> tuple[str, str] | None:
+    """The newest release before this tree's version, and the git revision to build it from:
+    its tag vX.Y.Z, or in a clone without tags the commit CHANGELOG.md names for it. None:
+    there is no release before this one."""
     tags = subprocess.run(
         ["git", "-C", str(REPO), "tag", "--list", "v*"], check=True, capture_output=True, text=True
     ).stdout.split()
     here = _release_key(version_here())
-    older = [t for t in tags if _TAG.match(t) and _release_key(t[1:]) < here]
-    return max(older, key=lambda t: _release_key(t[1:]), default=None)
+    found = {t[1:]: t for t in tags if _TAG.match(t)}
+    changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    for version, commit in _RELEASED.findall(changelog):
+        found.setdefault(version, commit)
+    older = [v for v in found if _release_key(v) < here]
+    if not older:
+        return None
+    newest = max(older, key=_release_key)
+    return newest, found[newest]
 
 
-def export(tag: str, out: Path) -> Path:
-    """The tree of ``tag`` (as `git archive` gives it) in ``out``."""
+def export(revision: str, out: Path) -> Path:
+    """The tree of ``revision`` (as `git archive` gives it) in ``out``."""
     out.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", tag], check=True, capture_output=True, timeout=120
+        ["git", "-C", str(REPO), "archive", "--format=tar", revision],
+        check=True,
+        capture_output=True,
+        timeout=120,
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True, timeout=120)
     return out

@@ -32,18 +32,20 @@ FIRST_RELEASE = "0.2.0"
 
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, releases.Installed]:
-    """The last tagged release before this tree, built from its tag and installed."""
+    """The last release before this tree, built from its tag (or its commit) and installed."""
     if not (REPO / ".git").exists():
         pytest.skip("needs the git repository: the release before is built from its tag")
-    tag = releases.previous_release()
-    if tag is None:
+    found = releases.previous_release()
+    if found is None:
         if releases.version_here() == FIRST_RELEASE:
             pytest.skip(f"{FIRST_RELEASE} is the first tagged release: there is none before it")
-        pytest.fail(f"no tag vX.Y.Z before {releases.version_here()} in this clone: `git fetch --tags`")
+        pytest.fail(f"no release before {releases.version_here()} in CHANGELOG.md or the tags")
+    version, revision = found
     root = tmp_path_factory.mktemp("previous")
-    source = releases.export(tag, root / "source")
+    source = releases.export(revision, root / "source")
     wheel = releases.build(source, root / "dist")
-    return tag[1:], releases.install(wheel, root / "venv")
+    assert wheel.name == f"wfctl-{version}-py3-none-any.whl", f"{revision} is not release {version}"
+    return version, releases.install(wheel, root / "venv")
 
 
 class Release:

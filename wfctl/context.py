@@ -310,9 +310,8 @@ class Context:
         """Start a child workflow and return its id. Checkpointed: a replay returns the same id
         and never starts a second child. Its deadline is at most this workflow's."""
         params = _children(workflow_type, [input], [key], priority, timeout)
-        return str(
-            self._coordinate(Op.START_CHILDREN, f"start_child:{workflow_type}", {**params, "many": False})
-        )
+        params.update(many=False, trace_context=self._child_trace_context())
+        return str(self._coordinate(Op.START_CHILDREN, f"start_child:{workflow_type}", params))
 
     def start_children(
         self,
@@ -328,7 +327,8 @@ class Context:
         if keys is not None and len(keys) != len(inputs):
             raise InvalidInput(f"start_children: {len(keys)} keys for {len(inputs)} inputs")
         params = _children(workflow_type, list(inputs), keys or [None] * len(inputs), priority, timeout)
-        ids = self._coordinate(Op.START_CHILDREN, f"start_children:{workflow_type}", {**params, "many": True})
+        params.update(many=True, trace_context=self._child_trace_context())
+        ids = self._coordinate(Op.START_CHILDREN, f"start_children:{workflow_type}", params)
         return [str(i) for i in ids]
 
     def wait(
@@ -393,6 +393,15 @@ class Context:
         self._journal.boundary(number, marker)
         self._journal.record(number, marker, "true", self._journal.now())
         return True
+
+    def _child_trace_context(self) -> str | None:
+        """The trace context the children started here carry: this execution's current span,
+        when runs are traced (None: they are not)."""
+        if self._tracing is None:
+            return None
+        from wfctl.tracing import current_context
+
+        return current_context()
 
     def _coordinate(self, op: Op, name: str, params: dict[str, Any]) -> Any:
         number = self._claim_number(name)

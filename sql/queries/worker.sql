@@ -582,11 +582,13 @@ FROM wfctl_join_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(ids)s
                      %(timeout)s::float8, %(started)s);
 
 -- name: start_children
--- ctx.start_child / ctx.start_children: the children inserted and their ids checkpointed.
+-- ctx.start_child / ctx.start_children: the children inserted and their ids checkpointed; a
+-- traced run's children carry its trace context (migration 0031).
 SELECT state, output
 FROM wfctl_start_children_step(%(id)s, %(epoch)s, %(attempt)s, %(step)s, %(name)s, %(type)s,
                                %(inputs)s::jsonb[], %(keys)s::text[], %(priority)s::int,
-                               %(timeout)s::float8, %(timeout_error)s, %(many)s, %(started)s);
+                               %(timeout)s::float8, %(timeout_error)s, %(many)s, %(started)s,
+                               %(trace_context)s::text);
 
 -- name: set_event
 SELECT state, output

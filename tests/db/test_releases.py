@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import wait_for
 
 from wfctl import schema
 from wfctl.errors import InvalidState
@@ -122,20 +123,36 @@ def test_a_contract_floor_refuses_the_release_it_left_behind(dsn, legacy, monkey
             schema.check(conn)
 
 
-def test_a_migration_waits_briefly_for_a_lock_and_retries(empty_dsn, monkeypatch):
+@pytest.fixture
+def locking(empty_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A database at the latest schema, and one more migration that needs the workers table to
+    itself (ALTER TABLE), as a release's next one may; its version."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        schema.migrate(conn)
+    real = schema.migrations()
+    version = real[-1].version + 1
+    path = tmp_path / f"{version:04d}_workers_probe.sql"
+    path.write_text("ALTER TABLE workers ADD COLUMN probe integer;\n", encoding="utf-8")
+    monkeypatch.setattr(
+        schema, "migrations", lambda: (*real, schema.Migration(version, "workers_probe", path))
+    )
+    return version
+
+
+def test_a_migration_waits_briefly_for_a_lock_and_retries(empty_dsn, locking, monkeypatch):
     """A migration that cannot lock a table within LOCK_TIMEOUT rolls back and tries again after
     a pause; the schema is never half-upgraded, and one that never gets its locks says why."""
-    latest = schema.latest_version()
     monkeypatch.setattr(schema, "LOCK_TIMEOUT", "50ms")
     monkeypatch.setattr(schema, "LOCK_TRIES", 3)
     with psycopg.connect(empty_dsn, autocommit=True) as conn, psycopg.connect(empty_dsn) as holder:
-        schema.migrate(conn, target=latest - 1)
         holder.execute("LOCK TABLE workers IN ACCESS SHARE MODE")  # a long read of the workers table
         pauses: list[float] = []
-        with pytest.raises(InvalidState, match=rf"migration {latest:04d}_\w+ did not get its locks: 3 tries"):
+        with pytest.raises(
+            InvalidState, match=rf"migration {locking:04d}_workers_probe did not get its locks: 3 tries"
+        ):
             schema.migrate(conn, sleep=pauses.append)
         assert pauses == [schema.LOCK_PAUSE, schema.LOCK_PAUSE * 2]
-        assert schema.current_version(conn) == latest - 1
+        assert schema.current_version(conn) == locking - 1
 
         def end_the_read(seconds: float) -> None:
             pauses.append(seconds)
@@ -143,17 +160,15 @@ def test_a_migration_waits_briefly_for_a_lock_and_retries(empty_dsn, monkeypatch
 
         pauses.clear()
         result = schema.migrate(conn, sleep=end_the_read)
-        assert (result.before, result.after, result.lock_retries) == (latest - 1, latest, 1)
-        assert [m.version for m in result.applied] == [latest]
+        assert (result.before, result.after, result.lock_retries) == (locking - 1, locking, 1)
+        assert [m.version for m in result.applied] == [locking]
 
 
-def test_a_waiting_migration_holds_other_statements_back_only_for_its_lock_timeout(empty_dsn):
+def test_a_waiting_migration_holds_other_statements_back_only_for_its_lock_timeout(empty_dsn, locking):
     """While the migration waits for a lock a long read holds, a worker's statement on the same
     table queues behind it: it runs once the migration's wait ends (LOCK_TIMEOUT), while the read
     still holds its lock."""
-    latest = schema.latest_version()
     with psycopg.connect(empty_dsn, autocommit=True) as conn, psycopg.connect(empty_dsn) as holder:
-        schema.migrate(conn, target=latest - 1)
         holder.execute("LOCK TABLE workers IN ACCESS SHARE MODE")
         worker_done = threading.Event()
 
@@ -166,8 +181,9 @@ def test_a_waiting_migration_holds_other_statements_back_only_for_its_lock_timeo
         try:
             with psycopg.connect(empty_dsn, autocommit=True) as worker:
                 waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'workers'::regclass"
-                while not worker.execute(waiting).fetchone()[0]:
-                    pass  # the migration now waits for its lock
+                wait_for(
+                    lambda: worker.execute(waiting).fetchone()[0], what="the migration to wait for its lock"
+                )
                 worker.execute("SET statement_timeout = '20s'")
                 assert worker.execute("SELECT count(*) FROM workers").fetchone()[0] == 0
                 still_held = holder.execute("SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()")
@@ -175,4 +191,12 @@ def test_a_waiting_migration_holds_other_statements_back_only_for_its_lock_timeo
         finally:
             worker_done.set()
             migrating.join()
-        assert schema.current_version(conn) == latest
+        assert schema.current_version(conn) == locking
+
+
+def test_a_new_install_applies_the_contracts_at_once_and_says_only_that_it_installed(cli, empty_dsn):
+    installed = cli("init", "--dsn", empty_dsn)
+    assert installed.exit_code == 0, installed.output
+    assert "installed schema version" in installed.stderr and "contracted" not in installed.stderr
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert schema.floor(conn) == max((c.version for c in schema.contracts()), default=0)

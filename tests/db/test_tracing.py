@@ -302,3 +302,35 @@ def test_a_message_trace_context_over_its_bound_is_refused_and_nothing_is_sent(d
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 1024 characters"):
         conn.execute("SELECT * FROM wfctl_send_message(%s, 'approval', NULL, NULL, %s)", [wid, "x" * 1025])
     assert rows(dsn, "SELECT count(*) FROM workflow_messages") == [(0,)]
+
+
+@wfctl.workflow("family", max_retries=0, registry=REGISTRY)
+def family(ctx: wfctl.Context, data: Any) -> Any:
+    kids = ctx.start_children("kid", [1, 2])
+    return kids
+
+
+@wfctl.workflow("kid", max_retries=0, registry=REGISTRY)
+def kid(ctx: wfctl.Context, data: Any) -> Any:
+    return ctx.step("grow", lambda: data * 2)
+
+
+def test_a_traced_runs_children_are_in_its_trace_under_its_run_span(dsn, conn, spans):
+    parent = wfctl.submit(dsn, "family")
+    assert executions.execute(dsn, REGISTRY).outcome == "completed"
+    run = one(spans, "wfctl.run family")
+    stored = conn.execute("SELECT trace_context FROM workflows WHERE parent_id = %s", (parent,)).fetchall()
+    assert stored == [(traceparent(run),), (traceparent(run),)]
+    executions.execute(dsn, REGISTRY)
+    executions.execute(dsn, REGISTRY)
+    kids = named(spans, "wfctl.run kid")
+    assert len(kids) == 2
+    assert all(k.context.trace_id == run.context.trace_id for k in kids)
+    assert all(k.parent is not None and k.parent.span_id == run.context.span_id for k in kids)
+
+
+def test_an_untraced_runs_children_carry_no_trace_context(dsn, conn):
+    parent = wfctl.submit(dsn, "family")
+    assert executions.execute(dsn, REGISTRY).outcome == "completed"
+    stored = conn.execute("SELECT trace_context FROM workflows WHERE parent_id = %s", (parent,)).fetchall()
+    assert stored == [(None,), (None,)]

@@ -123,7 +123,7 @@ def test_the_end_of_a_wait_for_children_leaves_no_wait_column(conn, finished):
     c = claim(conn, parent)
     state, ids = step(
         conn, c, Op.START_CHILDREN, "start_children:kid", type="kid", inputs=["1", "2"],
-        keys=[None, None], priority=None, timeout=None, timeout_error=None, many=True,
+        keys=[None, None], priority=None, timeout=None, timeout_error=None, many=True, trace_context=None,
     )  # fmt: skip
     assert state == "done"
     conn.execute("UPDATE workflows SET current_step = 1 WHERE id = %s", (parent,))

@@ -284,6 +284,7 @@ def test_a_zombie_epoch_can_neither_consume_start_a_child_nor_publish(dsn: str, 
                 "priority": None,
                 "timeout": None,
                 "timeout_error": None,
+                "trace_context": None,
             },
         ).fetchone()
         assert child == ("fenced", None)
@@ -324,6 +325,7 @@ def test_a_re_sent_step_answers_as_the_first_did(dsn: str) -> None:
             "priority": None,
             "timeout": None,
             "timeout_error": None,
+            "trace_context": None,
             "started": None,
         }
         one = conn.execute(q("worker.start_children"), params).fetchone()

@@ -1,6 +1,7 @@
 """Running a workflow in the test's own process with the worker's code: one claim, and an
-``Execution`` whose every write is flushed at once on the same connection (no worker loop, no
-thread). For database-tier tests of what an execution writes and what the next claim reads."""
+``Execution`` whose every write is flushed, and every coordination step run, at once on the
+same connection (no worker loop, no thread). For database-tier tests of what an execution
+writes and what the next claim reads."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 import psycopg
 
 from wfctl.registry import Registry
-from wfctl.worker import claims
+from wfctl.worker import calls, claims
 from wfctl.worker.checkpoints import Request, flush
 from wfctl.worker.execution import Execution
 from wfctl.worker.log import WorkerLog
@@ -24,7 +25,10 @@ def execute(dsn: str, registry: Registry, *, pool: TransactionPool | None = None
         [claimed] = claims.claim(conn, "tester", policies, 1, claims.Frontier()).claimed
 
         def send(request: object) -> None:
-            assert isinstance(request, Request), "coordination steps need a worker loop"
+            if isinstance(request, calls.Call):  # a coordination step: run here, as the loop would
+                calls.execute(conn, request)
+                return
+            assert isinstance(request, Request)
             flush(conn, [request])
 
         execution = Execution(

@@ -86,7 +86,7 @@ def on_children(conn: psycopg.Connection[Any], c: claims.Claimed, child_type: st
     started = coordination(
         conn, c, Op.START_CHILDREN, 1, f"start_children:{child_type}", type=child_type,
         inputs=[json.dumps(n) for n in range(count)], keys=[None] * count, priority=None, timeout=None,
-        timeout_error=None, many=True,
+        timeout_error=None, many=True, trace_context=None,
     )  # fmt: skip
     assert started.state == "done", (started.state, started.output)
     ids = [UUID(str(i)) for i in started.output]

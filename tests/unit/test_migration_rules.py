@@ -12,7 +12,7 @@ from wfctl import schema
 #: them: it only lets more through (a CHECK widened for a new wait kind is dropped and re-added).
 REMOVING = re.compile(
     r"\b(DROP\s+(TABLE|COLUMN|FUNCTION|PROCEDURE|INDEX|TRIGGER|VIEW|TYPE|SEQUENCE)"
-    r"|RENAME\b|ALTER\s+COLUMN\s+\w+\s+(SET\s+DATA\s+)?TYPE|SET\s+NOT\s+NULL|REVOKE\b)",
+    r"|RENAME\b|ALTER\s+COLUMN\s+\w+\s+(SET\s+DATA\s+)?TYPE|SET\s+NOT\s+NULL)",
     re.IGNORECASE,
 )
 

@@ -125,8 +125,8 @@ def init(
     target = session.target()
     with session.connect(check_schema=False) as conn:
         result = schema.migrate(conn)
-        contracted = schema.contract(conn, force=force)
         layout = _layout(conn, days)
+        contracted = schema.contract(conn, force=force)
         for role, job in grants:
             schema.grant(conn, role, job)
         where = "the embedded PostgreSQL" if target.embedded else describe_connection(conn)
@@ -174,7 +174,7 @@ def init(
         names = ", ".join(m.label for m in result.applied)
         verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
         render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
-    _tell_contracts(contracted)
+    _tell_contracts(contracted, fresh=result.before == 0)
     if days is not None:
         render.notice(
             f"layout: partitioned, one partition per {layout.interval_days}d of created_at "
@@ -198,9 +198,10 @@ def _worker_label(worker: dict[str, Any]) -> str:
     return f"{worker['hostname']}:{worker['pid']} (wfctl {release})"
 
 
-def _tell_contracts(result: schema.ContractResult) -> None:
-    """Say which contracts were applied and which were left for later, and why."""
-    if result.applied:
+def _tell_contracts(result: schema.ContractResult, *, fresh: bool) -> None:
+    """Say which contracts were applied (not on a new install: nothing older ever ran there) and
+    which were left for later, and why."""
+    if result.applied and not fresh:
         names = ", ".join(c.label for c in result.applied)
         before = result.applied[-1].version
         render.notice(f"contracted: removed what releases before schema {before} needed ({names})")

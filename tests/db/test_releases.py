@@ -84,6 +84,9 @@ def test_init_leaves_a_contract_for_later_while_an_older_worker_heartbeats(cli, 
     assert report["contracts_waiting"] == [f"{latest:04d}_drop_legacy_probe"]
     assert len(report["waiting_for_workers"]) == 2
     assert all("(wfctl 0.0.9)" in w for w in report["waiting_for_workers"])
+    status = json.loads(cli("--json", "db", "status", "--dsn", dsn).stdout)
+    assert status["contracts_waiting"] == [f"{latest:04d}_drop_legacy_probe"]
+    assert status["schema_runs_releases_from"] is None
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute(PROBE).fetchone()[0]
         assert schema.floor(conn) == 0
@@ -101,6 +104,9 @@ def test_init_leaves_a_contract_for_later_while_an_older_worker_heartbeats(cli, 
         assert schema.check(conn) == latest  # this release is not older than the floor
     again = cli("init", "--dsn", dsn)
     assert "up to date" in again.stderr and "contracted" not in again.stderr
+    status = json.loads(cli("--json", "db", "status", "--dsn", dsn).stdout)
+    assert (status["contracts_waiting"], status["schema_runs_releases_from"]) == ([], latest)
+    assert "contracts waiting          none" in cli("db", "status", "--dsn", dsn).stdout
 
 
 def test_force_contracts_while_an_older_worker_heartbeats(cli, dsn, legacy):

@@ -79,8 +79,10 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
     with conn:
         seen = schema.overview(conn)
         trusted = schema_trust.inspect(conn, seen.schema) if seen.schema else None
-        layout = partitions.layout(conn) if (seen.schema_version or 0) >= schema.latest_version() else None
+        current = (seen.schema_version or 0) >= schema.latest_version()
+        layout = partitions.layout(conn) if current else None
         parts = partitions.partitions(conn) if layout and layout.partitioned else []
+        lowest = schema.floor(conn) if current else None
     info.update(
         running=True,
         server_version=seen.server_version,
@@ -90,6 +92,10 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
         schema_version=seen.schema_version,
         schema_latest=schema.latest_version(),
     )
+    if lowest is not None:
+        # the oldest release schema this database still runs, and the contracts init left for later
+        waiting = [c.label for c in schema.contracts() if lowest < c.version <= (seen.schema_version or 0)]
+        info.update(schema_runs_releases_from=lowest or None, contracts_waiting=waiting)
     if trusted is not None:
         info.update(
             schema_owner=trusted.describe_owner(),
@@ -116,7 +122,7 @@ def _report(
         extra = {} if parts is None else {"partitions": [_partition_json(p) for p in parts]}
         render.print_json({**info, "tables": tables, **extra})
         return
-    pairs = [(k.replace("_", " "), v) for k, v in info.items()]
+    pairs = [(k.replace("_", " "), _shown(k, v)) for k, v in info.items()]
     render.key_values("Database", pairs)
     if tables:
         render.table(
@@ -154,6 +160,13 @@ def _report(
             ],
             justify=["left", "left", "left", "left", "right", "right"],
         )
+
+
+def _shown(key: str, value: object) -> object:
+    """A value as the table shows it: the contracts waiting by name, or none."""
+    if key == "contracts_waiting" and isinstance(value, list):
+        return ", ".join(value) or "none"
+    return value
 
 
 def _when(moment: datetime | None) -> str:

@@ -211,11 +211,13 @@ def _tell_contracts(result: schema.ContractResult, *, fresh: bool) -> None:
         shown = ", ".join(_worker_label(w) for w in older[:5])
         if len(older) > 5:
             shown += f" and {len(older) - 5} more"
-        workers = "1 live worker" if len(older) == 1 else f"{len(older)} live workers"
+        one = len(older) == 1
+        workers = "1 live worker" if one else f"{len(older)} live workers"
         render.notice(
             f"left for later: {names}; {workers} of a release before schema "
-            f"{result.waiting[0].version} still need it: {shown}. Run `wfctl init` again once "
-            "they have stopped (`--force` applies it now and breaks them)"
+            f"{result.waiting[0].version} still need{'s' if one else ''} it: {shown}. Run `wfctl init` "
+            f"again once {'it has' if one else 'they have'} stopped (`--force` applies it now and "
+            f"breaks {'it' if one else 'them'})"
         )
 
 

@@ -34,6 +34,6 @@ def test_concurrent_init_processes(empty_dsn, clean_env):
     up_to_date = [err for _out, err in outputs if "up to date" in err]
     assert len(installed) == 1 and len(up_to_date) == 2, outputs
     with psycopg.connect(empty_dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations").fetchone()[0] == len(
-            schema.migrations()
-        )
+        assert conn.execute("SELECT count(*) FROM wfctl_schema_migrations WHERE version > 0").fetchone()[
+            0
+        ] == len(schema.migrations())

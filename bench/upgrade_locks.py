@@ -9,7 +9,7 @@ Run from the repository root. ``--from`` is the release before (default: the new
 reachable from HEAD; a commit of this repository or a source tree). Each round, in a fresh
 database per scenario, that tree installs its schema and its ``--workers`` workers
 (``wfctl worker --app bench.noop_app``, default options) drain a backlog of three-step
-workflows. Once they have finished 2,000, a sampler reads ``pg_locks.waitstart`` of the workers'
+workflows. Once they have finished ``--warm`` (2,000), a sampler reads ``pg_locks.waitstart`` of the workers'
 backends every 2 ms for ``--baseline`` seconds, then while ``wfctl init`` of the new tree runs,
 and one second after it. Two scenarios:
 
@@ -46,7 +46,6 @@ from bench.harness import BenchError, Code, log
 from wfctl.queries import parse_blocks
 
 SQL = parse_blocks(Path(__file__).with_suffix(".sql").read_text(encoding="utf-8"))
-WARM = 2000  # runs finished before the sampling starts
 STEPS = 3
 SAMPLE_EVERY = 0.002
 AFTER = 1.0  # seconds sampled after init returns
@@ -149,7 +148,7 @@ def phase(
 
         def warm() -> tuple[bool, str]:
             done = int(value(conn, "completed"))
-            return done >= WARM, f"{done} runs finished"
+            return done >= args.warm, f"{done} runs finished"
 
         harness.wait_for(warm, "the old workers' first runs", 300, workers, 0.1)
         sampler = Sampler(dsn)
@@ -258,13 +257,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--backlog", type=int, default=40000, help="workflows queued before the workers start"
     )
     parser.add_argument("--baseline", type=float, default=3.0, help="seconds sampled before init")
+    parser.add_argument("--warm", type=int, default=2000, help="runs finished before the sampling starts")
     parser.add_argument("--rounds", type=int, default=3)
     harness.add_server_dsn(parser)
     parser.add_argument("--keep", action="store_true", help="keep the databases and the work directory")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.backlog < WARM * 2 or args.rounds < 1:
-        parser.error(f"--workers and --rounds at least 1, --backlog at least {WARM * 2}")
+    if args.workers < 1 or args.rounds < 1 or args.warm < 1 or args.backlog < args.warm * 2:
+        parser.error("--workers, --rounds and --warm at least 1, --backlog at least twice --warm")
     return args
 
 

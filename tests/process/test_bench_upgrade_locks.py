@@ -19,8 +19,8 @@ def test_a_short_round_measures_both_scenarios_and_drops_its_databases(pg_server
     _, revision = found
     done = run_benchmark(
         "bench.upgrade_locks",
-        ("--from", revision, "--workers", "1", "--backlog", "4000", "--baseline", "0.5", "--rounds", "1",
-         "--json", "--server-dsn", pg_server.admin_dsn),
+        ("--from", revision, "--workers", "1", "--backlog", "10000", "--warm", "200", "--baseline", "0.5",
+         "--rounds", "1", "--json", "--server-dsn", pg_server.admin_dsn),
         timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

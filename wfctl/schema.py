@@ -24,7 +24,7 @@ import functools
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -131,12 +131,20 @@ def current_schema(conn: psycopg.Connection[Any]) -> str | None:
     return str(who[2]) if who and who[2] is not None else None
 
 
-def _too_old(version: int, lowest: int) -> SchemaError:
-    return SchemaError(
-        f"this wfctl {__version__} (schema {latest_version()}) is too old for the database: its schema "
-        f"(version {version}) no longer keeps what releases before schema {lowest} need",
-        f"upgrade wfctl on this machine to a release built for schema {lowest} or later",
-    )
+def _refuse_if_passed(conn: psycopg.Connection[Any], version: int) -> None:
+    """Refuse a newer schema (``version``) whose contracts removed what this release needs."""
+    lowest = floor(conn)
+    if lowest > latest_version():
+        raise SchemaError(
+            f"this wfctl {__version__} (schema {latest_version()}) is too old for the database: its "
+            f"schema (version {version}) no longer keeps what releases before schema {lowest} need",
+            f"upgrade wfctl on this machine to a release built for schema {lowest} or later",
+        )
+
+
+def waiting_contracts(version: int, lowest: int) -> list[Migration]:
+    """The contracts a schema of ``version`` whose floor is ``lowest`` has not applied yet."""
+    return [c for c in contracts() if lowest < c.version <= version]
 
 
 def check(conn: psycopg.Connection[Any]) -> int:
@@ -158,9 +166,7 @@ def check(conn: psycopg.Connection[Any]) -> int:
             "keep running",
         )
     if version > latest:
-        lowest = floor(conn)
-        if lowest > latest:
-            raise _too_old(version, lowest)
+        _refuse_if_passed(conn, version)
     return version
 
 
@@ -252,9 +258,7 @@ def migrate(
     before = max((v for v in done if v > 0), default=0)
     latest = latest_version()
     if before > latest:
-        lowest = floor(conn)
-        if lowest > latest:
-            raise _too_old(before, lowest)
+        _refuse_if_passed(conn, before)
         return MigrateResult(before=before, after=before, applied=(), schema=current_schema(conn))
     locked = _Locked(conn, key, sleep)
     missing = [m for m in migrations() if m.version not in done and (target is None or m.version <= target)]
@@ -305,7 +309,7 @@ class ContractResult:
 
     applied: tuple[Migration, ...] = ()
     waiting: tuple[Migration, ...] = ()
-    older_workers: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    older_workers: tuple[dict[str, Any], ...] = ()
     lock_retries: int = 0
 
 
@@ -315,34 +319,34 @@ def contract(
     """Apply the contracts the schema's version allows and its floor has not passed, in order,
     each once no live worker of a release built for an older schema remains (``force``: at
     once, breaking such workers)."""
-    version = current_version(conn) or 0
-    key = lock_key(search_path_schema(conn))
-    locked = _Locked(conn, key, sleep)
+    pending = waiting_contracts(current_version(conn) or 0, floor(conn))
+    locked = _Locked(conn, lock_key(search_path_schema(conn)), sleep)
     applied: list[Migration] = []
-    pending = [c for c in contracts() if c.version <= version]
     for index, item in enumerate(pending):
         older: list[dict[str, Any]] = []
-
-        def change(item: Migration = item, older: list[dict[str, Any]] = older) -> bool:
-            if floor(conn) >= item.version:
-                return False
-            if not force:
-                cur = conn.execute(q("schema.older_live_workers"), {"version": item.version})
-                names = [c.name for c in cur.description or []]
-                older.extend(dict(zip(names, row, strict=True)) for row in cur.fetchall())
-                if older:
-                    return False
-            conn.execute(item.sql().encode())
-            conn.execute(
-                q("schema.record_contract"), {"version": item.version, "name": item.name}, prepare=False
-            )
-            return True
-
-        if locked.run(f"contract {item.label}", change):
+        if locked.run(f"contract {item.label}", functools.partial(_apply_contract, conn, item, force, older)):
             applied.append(item)
         elif older:
             return ContractResult(tuple(applied), tuple(pending[index:]), tuple(older), locked.retries)
     return ContractResult(tuple(applied), (), (), locked.retries)
+
+
+def _apply_contract(
+    conn: psycopg.Connection[Any], item: Migration, force: bool, older: list[dict[str, Any]]
+) -> bool:
+    """``item`` applied, unless another init did, or (without ``force``) live workers of an older
+    release still need it: then ``older`` holds them."""
+    if floor(conn) >= item.version:
+        return False  # another `wfctl init` applied it while this one waited
+    if not force:
+        cur = conn.execute(q("schema.older_live_workers"), {"version": item.version})
+        names = [c.name for c in cur.description or []]
+        older.extend(dict(zip(names, row, strict=True)) for row in cur.fetchall())
+        if older:
+            return False
+    conn.execute(item.sql().encode())
+    conn.execute(q("schema.record_contract"), {"version": item.version, "name": item.name}, prepare=False)
+    return True
 
 
 #: The jobs ``wfctl init --grant-JOB ROLE`` gives a role, each a block of sql/queries/grants.sql.

@@ -13,7 +13,7 @@ import pytest
 from helpers import wait_for
 
 from wfctl import schema
-from wfctl.errors import InvalidState
+from wfctl.errors import InvalidState, SchemaError
 
 PROBE = "SELECT to_regprocedure('wfctl_legacy_probe()') IS NOT NULL"
 
@@ -125,7 +125,7 @@ def test_a_contract_floor_refuses_the_release_it_left_behind(dsn, legacy, monkey
         latest = schema.latest_version()
         monkeypatch.setattr(schema, "latest_version", lambda: latest - 1)
         monkeypatch.setattr(schema, "current_version", lambda conn: latest)
-        with pytest.raises(Exception, match=rf"too old for the database.*before schema {latest} need"):
+        with pytest.raises(SchemaError, match=rf"too old for the database.*before schema {latest} need"):
             schema.check(conn)
 
 

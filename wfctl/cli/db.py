@@ -94,7 +94,7 @@ def status(dsn: DsnOpt = None, config: ConfigOpt = None, json: JsonOpt = False) 
     )
     if lowest is not None:
         # the oldest release schema this database still runs, and the contracts init left for later
-        waiting = [c.label for c in schema.contracts() if lowest < c.version <= (seen.schema_version or 0)]
+        waiting = [c.label for c in schema.waiting_contracts(seen.schema_version or 0, lowest)]
         info.update(schema_runs_releases_from=lowest or None, contracts_waiting=waiting)
     if trusted is not None:
         info.update(

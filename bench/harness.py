@@ -184,7 +184,7 @@ class Server:
 def describe_server(dsn: str, description: str) -> Server:
     with psycopg.connect(dsn, autocommit=True) as conn:
         values = [
-            str(_value(conn, SQL["setting"], {"name": name}))
+            str(value(conn, SQL["setting"], {"name": name}))
             for name in ("server_version", "fsync", "synchronous_commit")
         ]
     return Server(description, *values)
@@ -235,7 +235,7 @@ def shared_database(dsn: str, types: list[str], keep: bool) -> Iterator[str]:
     those types exist, and its rows are deleted on the way out unless ``keep``."""
     install_schema(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        found = _value(conn, SQL["type_count"], {"types": types})
+        found = value(conn, SQL["type_count"], {"types": types})
     if found:
         raise BenchError(
             f"the database already holds {found} workflows of type {' or '.join(types)}; "
@@ -250,7 +250,7 @@ def shared_database(dsn: str, types: list[str], keep: bool) -> Iterator[str]:
                 conn.execute(SQL["delete_workflows"], {"types": types})
 
 
-def _value(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any] | None = None) -> Any:
+def value(conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any] | None = None) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0]
@@ -520,7 +520,7 @@ def cpu_seconds(pid: int) -> float:
 
 def postmaster_of(admin: psycopg.Connection[Any]) -> int | None:
     """The postmaster's pid when the server runs on this machine (the parent of our session)."""
-    fields = stat_fields(int(_value(admin, SQL["backend_pid"])))
+    fields = stat_fields(int(value(admin, SQL["backend_pid"])))
     return int(fields[1]) if fields else None
 
 
@@ -679,7 +679,7 @@ def registered(dsn: str, application_name: str) -> Callable[[], int]:
 
     def count() -> int:
         with psycopg.connect(dsn, autocommit=True, application_name=application_name) as conn:
-            return int(_value(conn, SQL["registered"]))
+            return int(value(conn, SQL["registered"]))
 
     return count
 
@@ -718,7 +718,17 @@ def prepare_tables(dsn: str) -> None:
 
 
 def xact_commits(conn: psycopg.Connection[Any]) -> int:
-    return int(_value(conn, SQL["xact_commits"]))
+    return int(value(conn, SQL["xact_commits"]))
+
+
+def queue_noop(conn: psycopg.Connection[Any], n: int, steps: int) -> None:
+    """N ``noop3`` workflows of ``steps`` no-op steps (bench/noop_app.py) queued in one statement."""
+    conn.execute(SQL["queue_noop"], {"n": n, "steps": steps})
+
+
+def completed(conn: psycopg.Connection[Any]) -> int:
+    """The workflows completed so far."""
+    return int(value(conn, SQL["completed"]))
 
 
 def wal_flushes(conn: psycopg.Connection[Any]) -> int | None:

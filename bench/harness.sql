@@ -40,6 +40,14 @@ SELECT status FROM workflows WHERE id = %(id)s;
 -- The database's committed transactions so far.
 SELECT xact_commit FROM pg_stat_database WHERE datname = current_database();
 
+-- name: queue_noop
+-- N workflows of bench/noop_app.py's type, queued in one statement (a backlog to drain).
+INSERT INTO workflows (workflow_type, input_data)
+SELECT 'noop3', jsonb_build_object('steps', %(steps)s::int) FROM generate_series(1, %(n)s::int);
+
+-- name: completed
+SELECT count(*) FROM workflows WHERE status = 'completed';
+
 -- name: wal_flushes_18
 -- The server's WAL fsyncs so far, PostgreSQL 18 and later.
 SELECT sum(fsyncs) FROM pg_stat_io WHERE object = 'wal';

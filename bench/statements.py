@@ -71,21 +71,21 @@ def measure(side: TreeSide, dsn: str, args: argparse.Namespace, config: Path, wo
     env = harness.isolated_env(os.environ if side.own else side.code.env(), dsn, config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SQL["create_extension"])
-        conn.execute(SQL["backlog"], {"n": args.n, "steps": args.steps})
+        harness.queue_noop(conn, args.n, args.steps)
         conn.execute(SQL["reset"])
-        before = int(harness._value(conn, SQL["commits"]))
+        before = harness.xact_commits(conn)
         with harness.Workers(workdir, side.name.replace("@", "-"), cwd=side.code.root, env=env) as workers:
             workers.start([*harness.wfctl_command(), "worker", "--app", "bench.noop_app"], args.workers)
 
             def drained() -> tuple[bool, str]:
-                done = int(harness._value(conn, SQL["completed"]))
+                done = harness.completed(conn)
                 return done >= args.n, f"{done} of {args.n} finished"
 
             harness.wait_for(drained, f"{side.name} draining the backlog", 1800, workers, 0.2)
             codes = workers.terminate()
         if any(code != 0 for code in codes):
             raise BenchError(f"a worker of {side.name} exited {codes} on SIGTERM:\n{workers.tails()}")
-        commits = int(harness._value(conn, SQL["commits"])) - before
+        commits = harness.xact_commits(conn) - before
         cur = conn.execute(SQL["statements"])
         names = [c.name for c in cur.description or []]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, workdir: Path) -> int:
     with contextlib.ExitStack() as stack:
         server, description = stack.enter_context(harness.server_dsn(args.server_dsn, workdir))
         with psycopg.connect(server, autocommit=True) as admin:
-            if harness._value(admin, SQL["preloaded"]) is not True:
+            if harness.value(admin, SQL["preloaded"]) is not True:
                 raise BenchError("the server does not preload pg_stat_statements (shared_preload_libraries)")
         info = harness.describe_server(server, description)
         trees = harness.Trees(workdir, stack)

@@ -11,16 +11,6 @@ CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
 -- name: reset
 SELECT pg_stat_statements_reset();
 
--- name: backlog
-INSERT INTO workflows (workflow_type, input_data)
-SELECT 'noop3', jsonb_build_object('steps', %(steps)s::int) FROM generate_series(1, %(n)s::int);
-
--- name: completed
-SELECT count(*) FROM workflows WHERE status = 'completed';
-
--- name: commits
-SELECT xact_commit FROM pg_stat_database WHERE datname = current_database();
-
 -- name: statements
 -- Every statement of this database since the reset, the benchmark's own left out (they read
 -- pg_stat_*, or the backlog's progress), with what it cost in all.

@@ -121,10 +121,11 @@ def hot_tree(workdir: Path) -> Code:
     return Code(f"this tree + {number:04d}_bench_hot_column", root)
 
 
-def value(conn: psycopg.Connection[Any], block: str, params: dict[str, Any] | None = None) -> Any:
-    row = conn.execute(SQL[block], params).fetchone()
+def gap(conn: psycopg.Connection[Any], start: datetime, end: datetime) -> tuple[float, int]:
+    """The longest gap between two runs finishing in the window (seconds), and how many did."""
+    row = conn.execute(SQL["completion_gap"], {"start": start, "end": end}).fetchone()
     assert row is not None
-    return row[0] if len(row) == 1 else row
+    return float(row[0]), int(row[1])
 
 
 def phase(
@@ -143,20 +144,20 @@ def phase(
             workdir, f"{scenario}-{number}", cwd=old.root, env=harness.isolated_env(old.env(), dsn, config)
         ) as workers,
     ):
-        conn.execute(SQL["backlog"], {"n": args.backlog, "steps": STEPS})
+        harness.queue_noop(conn, args.backlog, STEPS)
         workers.start([*harness.wfctl_command(), "worker", "--app", "bench.noop_app"], args.workers)
 
         def warm() -> tuple[bool, str]:
-            done = int(value(conn, "completed"))
+            done = harness.completed(conn)
             return done >= args.warm, f"{done} runs finished"
 
         harness.wait_for(warm, "the old workers' first runs", 300, workers, 0.1)
         sampler = Sampler(dsn)
         sampler.start()
         try:
-            start = value(conn, "now")
+            start = harness.value(conn, SQL["now"])
             time.sleep(args.baseline)
-            baseline_end: datetime = value(conn, "now")
+            baseline_end: datetime = harness.value(conn, SQL["now"])
             baseline_wait = sampler.mark()
             began = time.monotonic()
             init = subprocess.run(
@@ -177,15 +178,15 @@ def phase(
             if init.returncode != 0:
                 raise BenchError(f"wfctl init of {new.label} failed: {init.stderr.strip()}")
             time.sleep(AFTER)
-            end = value(conn, "now")
+            end = harness.value(conn, SQL["now"])
             init_wait = sampler.mark()
         finally:
             sampler.stop()
         if workers.alive() != args.workers:
             raise BenchError(f"a worker of {old.label} exited during the upgrade:\n{workers.tails()}")
         report = json.loads(init.stdout)
-        base_gap, _ = value(conn, "completion_gap", {"start": start, "end": baseline_end})
-        init_gap, finished = value(conn, "completion_gap", {"start": baseline_end, "end": end})
+        base_gap, _ = gap(conn, start, baseline_end)
+        init_gap, finished = gap(conn, baseline_end, end)
         seconds = (end - baseline_end).total_seconds()
     return Phase(
         scenario,

@@ -1,11 +1,4 @@
--- bench/upgrade_locks.py: the backlog, and what the workers waited for while `wfctl init` ran.
-
--- name: backlog
-INSERT INTO workflows (workflow_type, input_data)
-SELECT 'noop3', jsonb_build_object('steps', %(steps)s::int) FROM generate_series(1, %(n)s::int);
-
--- name: completed
-SELECT count(*) FROM workflows WHERE status = 'completed';
+-- bench/upgrade_locks.py: what the workers waited for while `wfctl init` ran.
 
 -- name: worker_lock_wait
 -- The longest a worker's statement (its loop and its transactional steps' connections) has been

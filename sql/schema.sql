@@ -2027,30 +2027,6 @@ $function$;
 
 -- function wfctl_start_children_step -------------------------------------------------------------
 
-CREATE OR REPLACE FUNCTION public.wfctl_start_children_step(p_id uuid, p_epoch bigint, p_attempt integer, p_step integer, p_name text, p_type text, p_inputs jsonb[], p_keys text[], p_priority integer, p_timeout double precision, p_timeout_error text, p_many boolean, p_started timestamp with time zone, OUT state text, OUT output jsonb)
- RETURNS record
- LANGUAGE plpgsql
- SET search_path TO 'public', 'pg_temp'
-AS $function$
-DECLARE
-    wf workflows;
-    ids uuid[];
-BEGIN
-    SELECT * INTO wf FROM workflows WHERE id = p_id FOR NO KEY UPDATE;
-    SELECT b.state, b.output INTO state, output FROM wfctl_step_begin(wf, p_epoch, p_step) b;
-    IF state <> 'ok' THEN
-        RETURN;
-    END IF;
-    ids := wfctl_insert_children(wf, p_type, p_inputs, p_keys, p_priority, p_timeout,
-                                 p_timeout_error);
-    output := CASE WHEN p_many THEN to_jsonb(ids::text[]) ELSE to_jsonb(ids[1]::text) END;
-    PERFORM wfctl_step_done(p_id, p_epoch, p_attempt, p_step, p_name, output, p_started);
-    state := 'done';
-END;
-$function$;
-
--- function wfctl_start_children_step -------------------------------------------------------------
-
 CREATE OR REPLACE FUNCTION public.wfctl_start_children_step(p_id uuid, p_epoch bigint, p_attempt integer, p_step integer, p_name text, p_type text, p_inputs jsonb[], p_keys text[], p_priority integer, p_timeout double precision, p_timeout_error text, p_many boolean, p_started timestamp with time zone, p_trace_context text, OUT state text, OUT output jsonb)
  RETURNS record
  LANGUAGE plpgsql

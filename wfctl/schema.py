@@ -8,14 +8,14 @@ remains. A contract NNNN removes what releases built for a schema before NNNN ne
 recorded in ``wfctl_schema_migrations`` with its number negated, and the highest one applied is
 the database's floor: a release older than the floor is refused with a message that says so.
 
-A new install runs in one transaction; in an upgrade, each migration and each contract runs in
-a transaction of its own. Each takes an advisory lock, so concurrent ``wfctl init`` runs are
-safe: the first applies, the others wait and then find nothing to do. A statement that waits
-for a table lock holds back every statement queued behind it (the workers' claims among them),
-so each waits at most ``LOCK_TIMEOUT`` and the transaction is retried after a pause. They run
-in the schema the connection's search_path names (``[database] schema``: wfctl's connections
-set it; the schema is created first when missing), each schema with its own lock, so two wfctl
-schemas in one database are installed independently.
+A new install runs in one transaction, its contracts applied at once; in an upgrade, each
+migration and each contract runs in a transaction of its own. Each takes an advisory lock, so
+concurrent ``wfctl init`` runs are safe: the first applies, the others wait and then find nothing
+to do. A statement that waits for a table lock holds back every statement queued behind it (the
+workers' claims among them), so each waits at most ``LOCK_TIMEOUT`` and the transaction is
+retried after a pause. They run in the schema the connection's search_path names (``[database]
+schema``: wfctl's connections set it; the schema is created first when missing), each schema
+with its own lock, so two wfctl schemas in one database are installed independently.
 """
 
 from __future__ import annotations
@@ -285,10 +285,14 @@ def migrate(
 
 
 def _install(conn: psycopg.Connection[Any], missing: list[Migration]) -> bool:
+    """A new install: the migrations, then the contracts they allow (no older release ever ran
+    here, so nothing waits for one)."""
     if conn.execute(q("schema.current_version")).fetchone() != (0,):
         return False  # another `wfctl init` installed it while this one waited
     for migration in missing:
         _apply_migration(conn, migration)
+    for item in waiting_contracts(missing[-1].version, 0):
+        _apply_contract(conn, item, True, [])
     return True
 
 

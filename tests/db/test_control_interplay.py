@@ -25,7 +25,7 @@ T = TypeVar("T")
 # the coordination step ctx.start_children runs (sql/queries/worker.sql)
 START_CHILDREN = (
     "SELECT state FROM wfctl_start_children_step(%s, %s, 1, %s, 'children', 'leaf', %s::jsonb[],"
-    " NULL, NULL, NULL, NULL, true, now())"
+    " NULL, NULL, NULL, NULL, true, now(), NULL)"
 )
 
 

@@ -20,8 +20,11 @@ PROBE = "SELECT to_regprocedure('wfctl_legacy_probe()') IS NOT NULL"
 
 @pytest.fixture
 def legacy(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A function only releases before the current schema call, and the contract that removes it."""
+    """A function only releases before the current schema call, and the contract that removes it,
+    in a database upgraded from an older release (a new install applies its contracts at once:
+    here none is recorded yet)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM wfctl_schema_migrations WHERE version < 0")
         conn.execute("CREATE FUNCTION wfctl_legacy_probe() RETURNS int LANGUAGE sql AS 'SELECT 1'")
     version = schema.latest_version()
     path = tmp_path / f"{version:04d}_drop_legacy_probe.sql"
@@ -206,3 +209,13 @@ def test_a_new_install_applies_the_contracts_at_once_and_says_only_that_it_insta
     assert "installed schema version" in installed.stderr and "contracted" not in installed.stderr
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         assert schema.floor(conn) == max((c.version for c in schema.contracts()), default=0)
+    again = cli("init", "--dsn", empty_dsn)
+    assert "up to date" in again.stderr and "contracted" not in again.stderr
+
+
+def test_a_schema_installed_without_init_has_its_contracts_too(empty_dsn):
+    """The demo, the tests' templates and the benchmarks install with schema.migrate alone."""
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        schema.migrate(conn)
+        assert schema.floor(conn) == max((c.version for c in schema.contracts()), default=0)
+        assert schema.contract(conn) == schema.ContractResult()

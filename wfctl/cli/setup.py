@@ -174,7 +174,7 @@ def init(
         names = ", ".join(m.label for m in result.applied)
         verb = "installed" if result.before == 0 else f"upgraded from version {result.before} to"
         render.notice(f"{verb} schema version {result.after} in {where} (applied {names})")
-    _tell_contracts(contracted, fresh=result.before == 0)
+    _tell_contracts(contracted)
     if days is not None:
         render.notice(
             f"layout: partitioned, one partition per {layout.interval_days}d of created_at "
@@ -198,10 +198,10 @@ def _worker_label(worker: dict[str, Any]) -> str:
     return f"{worker['hostname']}:{worker['pid']} (wfctl {release})"
 
 
-def _tell_contracts(result: schema.ContractResult, *, fresh: bool) -> None:
-    """Say which contracts were applied (not on a new install: nothing older ever ran there) and
-    which were left for later, and why."""
-    if result.applied and not fresh:
+def _tell_contracts(result: schema.ContractResult) -> None:
+    """Say which contracts an upgrade applied and which it left for later, and why (a new
+    install applies its contracts with its migrations: ``schema.migrate``)."""
+    if result.applied:
         names = ", ".join(c.label for c in result.applied)
         before = result.applied[-1].version
         render.notice(f"contracted: removed what releases before schema {before} needed ({names})")

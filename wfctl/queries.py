@@ -8,9 +8,12 @@ addressed as ``"<file stem>.<name>"`` (``q("worker.claim")``). Parameters use ps
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from psycopg import sql
 
@@ -77,3 +80,52 @@ def spliced(block: str, part: str) -> str:
     if marker not in text:
         raise KeyError(f"no marker {marker} in the SQL block {block!r}")
     return text.replace(marker, q(part))
+
+
+_PLACEHOLDER = re.compile(r"%\((?P<name>[a-z_][a-z0-9_]*)\)s|%%")
+
+
+@dataclass(frozen=True)
+class Numbered:
+    """A block rewritten once for the hot path: its comment lines but the first dropped, its named
+    placeholders numbered (``$1``, ``$2``: PostgreSQL's own), to run on a ``psycopg.RawCursor``
+    with ``args(values)``. psycopg parses a ``%(name)s`` statement on every execution when it
+    is longer than it caches (4 KB; the claim and the group commit are), and composes a
+    ``sql.Composed`` anew each time: a statement a worker runs for every batch pays neither."""
+
+    text: bytes
+    names: tuple[str, ...]
+
+    def args(self, values: Mapping[str, Any]) -> list[Any]:
+        """The parameters in placeholder order, from ``values`` by name."""
+        return [values[name] for name in self.names]
+
+
+@cache
+def numbered(block: str, **identifiers: str | tuple[str, ...]) -> Numbered:
+    """Block ``block``, with ``{placeholders}`` filled by quoted identifiers as ``composed``
+    does, as a Numbered statement."""
+    return _numbered(composed(block, **identifiers).as_string() if identifiers else q(block))
+
+
+@cache
+def numbered_spliced(block: str, part: str) -> Numbered:
+    """Block ``block`` with block ``part`` spliced in, as ``spliced`` does, as a Numbered
+    statement."""
+    return _numbered(spliced(block, part))
+
+
+def _numbered(text: str) -> Numbered:
+    # the first line stays, comment or not: it names the statement in pg_stat_activity and
+    # pg_stat_statements ("-- Group commit: ...")
+    first, *rest = text.splitlines()
+    kept = "\n".join([first, *(line for line in rest if not line.lstrip().startswith("--"))])
+    order: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name is None:
+            return "%"
+        return f"${order.setdefault(name, len(order) + 1)}"
+
+    return Numbered(_PLACEHOLDER.sub(number, kept).encode(), tuple(order))

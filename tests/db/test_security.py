@@ -34,6 +34,8 @@ SAFE_CALLS = {"q", "composed", "spliced"}  # wfctl.queries: a named block from s
 
 
 # with identifiers, or one with another named block spliced in
+#: wfctl.queries: the same blocks as Numbered statements, whose ``.text`` a RawCursor runs
+NUMBERED_CALLS = {"numbered", "numbered_spliced"}
 SQL_OBJECTS = {"SQL", "Identifier", "Literal", "Placeholder", "Composed"}  # psycopg.sql
 
 
@@ -99,6 +101,8 @@ def _query_problem(
             if problem:
                 return f"{node.id!r}, {problem}"
         return None
+    if isinstance(node, ast.Attribute) and node.attr == "text":
+        return _numbered_problem(node.value, scope, depth, module)  # statement.text
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in SAFE_CALLS:
@@ -117,6 +121,26 @@ def _query_problem(
             return "a joined string"
         return f"the result of {ast.unparse(func)}()"
     return f"an expression {ast.unparse(node)!r}"
+
+
+def _numbered_problem(node: ast.expr, scope: ast.AST, depth: int, module: ast.AST | None) -> str | None:
+    """None when ``node`` (whose ``.text`` is run) is a Numbered statement of a named block."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NUMBERED_CALLS:
+        return None
+    if isinstance(node, ast.IfExp):
+        return _numbered_problem(node.body, scope, depth, module) or _numbered_problem(
+            node.orelse, scope, depth, module
+        )
+    if isinstance(node, ast.Name):
+        values = _assignments(scope, node.id) or (_assignments(module, node.id) if module else [])
+        if not values or depth > 5:
+            return f"the text of {node.id!r}, whose value cannot be checked here"
+        for value in values:
+            problem = _numbered_problem(value, scope, depth + 1, module)
+            if problem:
+                return f"{node.id!r}, {problem}"
+        return None
+    return f"the text of {ast.unparse(node)!r}, not a numbered block"
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -193,6 +217,8 @@ BAD_SNIPPETS = {
     "copy": 'cur.copy(f"COPY {table} FROM STDIN")',
     "literal": "MESSAGE = \"SELECT id FROM workflows WHERE status = 'running'\"",
     "literal-insert": 'x = ("INSERT INTO workflows (workflow_type) VALUES (%s)", 1)',
+    "text-of-anything": "def f(cur, thing):\n    cur.execute(thing.text, [])",
+    "text-of-a-call": "def f(cur, make):\n    statement = make()\n    cur.execute(statement.text, [])",
 }
 
 
@@ -207,6 +233,14 @@ GOOD_SNIPPETS = {
     "module-block": 'CLAIM = q("worker.claim")\ndef f(conn):\n    conn.execute(CLAIM, {})',
     "docstring": 'def f():\n    """SELECT ... FROM workflows FOR UPDATE SKIP LOCKED, in a CTE."""',
     "dict-copy": "d = other.copy()",
+    "numbered-block": (
+        'def f(cur, p):\n    s = numbered("worker.flush", workflows="w")\n    cur.execute(s.text, s.args(p))'
+    ),
+    "numbered-spliced": (
+        "def f(cur, a):\n"
+        '    s = numbered_spliced("worker.claim", "worker.claim_pruned") if a else numbered("worker.claim")\n'
+        "    cur.execute(s.text, [])"
+    ),
 }
 
 

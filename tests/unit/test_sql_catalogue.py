@@ -35,8 +35,8 @@ ROOT = HERE.parent
 PACKAGE = ROOT / "wfctl"
 OTHERS = (ROOT / "bench", ROOT / "tests")
 #: wfctl.queries: a block by name, one with identifiers, or one with another spliced in (both
-#: arguments are block names)
-QUERY_FUNCTIONS = {"q": 1, "composed": 1, "spliced": 2}
+#: arguments are block names); the same as numbered statements for a RawCursor
+QUERY_FUNCTIONS = {"q": 1, "composed": 1, "spliced": 2, "numbered": 1, "numbered_spliced": 2}
 LOADER = PACKAGE / "queries.py"  # defines them: composed and spliced pass their caller's names on
 #: wfctl.operations: ``Operation(..., block="worker.recv")``, run as ``q(<description>.block)``;
 #: wfctl.coordination: ``class ResultWait(Wait): block = "coordination.outcome"``, the same way

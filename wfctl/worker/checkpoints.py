@@ -15,10 +15,9 @@ from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row
 
 from wfctl.operations import WaitKind
-from wfctl.queries import composed
+from wfctl.queries import numbered
 from wfctl.words import COMPLETED, FAILED, HANDLED, PENDING, RETRYING, RUNNING
 from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
@@ -156,15 +155,6 @@ def storable_text(value: str | None) -> str | None:
     if value is None or (value.isascii() and "\x00" not in value):
         return value
     return value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
-
-
-@dataclass(frozen=True)
-class Written:
-    """One row of worker.flush's result: whether the request for (id, epoch) is stored."""
-
-    id: UUID
-    epoch: int
-    stored: bool
 
 
 @dataclass
@@ -338,9 +328,10 @@ def _write(
         "owner": started[0] if started is not None else None,
         "started_seq": started[1] if started is not None else None,
     }
-    with conn.cursor(row_factory=class_row(Written)) as cur:
-        query = composed("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)
-        return {(row.id, row.epoch) for row in cur.execute(query, params) if row.stored}
+    statement = numbered("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)
+    with psycopg.RawCursor(conn) as cur:
+        cur.execute(statement.text, statement.args(params))
+        return {(row[0], row[1]) for row in cur.fetchall() if row[2]}
 
 
 def _clamp(delay: float | None) -> float | None:

@@ -15,7 +15,7 @@ from psycopg.rows import class_row
 from wfctl import storedjson
 from wfctl.context import HandledFailure, RecordedStep, Retrying
 from wfctl.operations import WAIT_STEP, recv_step_name
-from wfctl.queries import q, spliced
+from wfctl.queries import numbered, numbered_spliced, q
 from wfctl.words import COMPLETED, HANDLED
 
 
@@ -228,11 +228,13 @@ def claim(
         "room": room,
         "ahead_from": ahead_from,
     }
-    with conn.cursor(row_factory=class_row(ClaimRow)) as cur:
-        # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
-        pruned = frontier is not None and frontier.bounded
-        query = spliced("worker.claim", "worker.claim_pruned") if pruned else q("worker.claim")
-        rows = cur.execute(query, params).fetchall()
+    # worker.claim_pruned: the partitioned layout's bound (sql/queries/worker.sql)
+    pruned = frontier is not None and frontier.bounded
+    statement = (
+        numbered_spliced("worker.claim", "worker.claim_pruned") if pruned else numbered("worker.claim")
+    )
+    with psycopg.RawCursor(conn, row_factory=class_row(ClaimRow)) as cur:
+        rows = cur.execute(statement.text, statement.args(params)).fetchall()
     arrived = time.monotonic()
     if frontier is not None:
         frontier.moved(rows, after, began)

@@ -3,6 +3,13 @@
 Rich (colour) on a terminal, plain text otherwise, JSON lines with ``--log-format json``.
 Thread-safe: workflow threads and the database loop both write here.
 
+The routine lines of runs (started, completed, parked) are gathered and written by the database
+loop at each of its turns (``drain``), many in one write, in the plain and JSON formats: a
+workflow thread that wrote its own line would give the interpreter's lock away for a system
+call twice a run. They keep their order with every other line, which is written at once (after
+the gathered ones) and so are never late; a worker killed outright (SIGKILL) loses the routine
+lines of its last turn, a few milliseconds, which the database records anyway.
+
 Messages and fields carry stored strings (types, error messages, deadline errors, topics): in
 the plain and rich formats every control and invisible format character is escaped
 (wfctl/printable.py), so a stored string can neither drive the terminal nor start a line of its
@@ -20,6 +27,11 @@ from typing import Any, Literal, TextIO
 from wfctl.printable import printable
 
 Format = Literal["auto", "rich", "plain", "json"]
+
+#: The routine lines of runs, gathered for the loop to write (not those of a rich terminal).
+ROUTINE: frozenset[str] = frozenset({"started", "completed", "parked"})
+#: Gathered lines written by the thread that adds one more, should the loop not come by.
+MAX_GATHERED = 256
 
 _STYLES = {
     "completed": "green",
@@ -41,6 +53,7 @@ class WorkerLog:
         self.quiet = quiet
         self._lock = threading.Lock()
         self._console: Any = None
+        self._gathered: list[str] = []  # routine lines the loop has not written yet
         if fmt == "rich":
             from rich.console import Console
 
@@ -48,30 +61,52 @@ class WorkerLog:
 
     def event(self, event: str, message: str, *, level: str = "info", **fields: Any) -> None:
         """Write one line: ``event`` is a short word (started, completed, failed, ...)."""
-        if self.quiet and level == "info" and event in ("started", "completed", "parked"):
+        routine = level == "info" and event in ROUTINE
+        if self.quiet and routine:
             return
         now = datetime.now(UTC)
+        if self._console is not None:
+            with self._lock:
+                stamp = now.astimezone().strftime("%H:%M:%S")
+                style = _STYLES.get(event) or _STYLES.get(level)
+                self._console.print(
+                    f"{stamp} {self._text(event, message, fields)}", style=style, markup=False
+                )
+                self.stream.flush()
+            return
+        if self.fmt == "json":
+            record = {
+                "ts": now.isoformat(timespec="milliseconds"),
+                "level": level,
+                "event": event,
+                "message": message,
+            }
+            record.update({k: v for k, v in fields.items() if v is not None})
+            line = json.dumps(record, default=str) + "\n"
+        else:
+            stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            line = f"{stamp} {level.upper():<7} {self._text(event, message, fields)}\n"
         with self._lock:
-            if self.fmt == "json":
-                record = {
-                    "ts": now.isoformat(timespec="milliseconds"),
-                    "level": level,
-                    "event": event,
-                    "message": message,
-                }
-                record.update({k: v for k, v in fields.items() if v is not None})
-                self.stream.write(json.dumps(record, default=str) + "\n")
-            else:
-                extra = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
-                text = printable(f"{event:<9} {message}{' ' + extra if extra else ''}")
-                if self._console is not None:
-                    stamp = now.astimezone().strftime("%H:%M:%S")
-                    style = _STYLES.get(event) or _STYLES.get(level)
-                    self._console.print(f"{stamp} {text}", style=style, markup=False)
-                else:
-                    stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-                    self.stream.write(f"{stamp} {level.upper():<7} {text}\n")
+            self._gathered.append(line)
+            if not routine or len(self._gathered) >= MAX_GATHERED:
+                self._write_gathered()
+
+    def drain(self) -> None:
+        """Write the gathered routine lines (the database loop, at each turn)."""
+        if self._gathered:
+            with self._lock:
+                self._write_gathered()
+
+    def _write_gathered(self) -> None:
+        lines, self._gathered = self._gathered, []
+        if lines:
+            self.stream.write("".join(lines))
             self.stream.flush()
+
+    @staticmethod
+    def _text(event: str, message: str, fields: dict[str, Any]) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+        return printable(f"{event:<9} {message}{' ' + extra if extra else ''}")
 
     def info(self, message: str, **fields: Any) -> None:
         self.event("worker", message, **fields)

@@ -292,6 +292,7 @@ class Worker:
         try:
             if self.requests or self.finished or self.calls:
                 return []
+            self.log.drain()  # nothing gathered waits while the loop sleeps
             try:
                 ready, _, _ = select.select(watch, [], [], timeout)
             except (OSError, ValueError):
@@ -385,11 +386,13 @@ class Worker:
             try:
                 self._shutdown()
             finally:
+                self.log.drain()
                 self.stopper.exited.set()
         return self.exit_status
 
     def _loop(self) -> None:
         while True:
+            self.log.drain()  # the runs' routine lines of the last turn, in one write
             self._pace_pool_duties()
             self.duties.run_due()
             self._harvest()

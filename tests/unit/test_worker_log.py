@@ -1,0 +1,85 @@
+"""The worker's log: the runs' routine lines are gathered and written by the loop in one write;
+every other line is written at once, after the gathered ones, so the order holds."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from wfctl.worker.log import MAX_GATHERED, WorkerLog
+
+
+class CountingStream(io.StringIO):
+    """A text stream that counts its writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def events(stream: CountingStream) -> list[str]:
+    return [line.split()[2] for line in stream.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("fmt", ["plain", "json"])
+def test_routine_lines_wait_for_the_drain_and_go_in_one_write(fmt):
+    stream = CountingStream()
+    log = WorkerLog(fmt, stream)
+    log.event("started", "run-1", type="t", attempt=1)
+    log.event("completed", "run-1", type="t", attempt=1, duration="0.002s")
+    log.event("parked", "run-2", type="t", attempt=1)
+    assert stream.getvalue() == "" and stream.writes == 0
+    log.drain()
+    assert stream.writes == 1
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    if fmt == "json":
+        assert [json.loads(line)["event"] for line in lines] == ["started", "completed", "parked"]
+        assert json.loads(lines[1])["duration"] == "0.002s"
+    else:
+        assert events(stream) == ["started", "completed", "parked"]
+    log.drain()  # nothing left: nothing written
+    assert stream.writes == 1
+
+
+def test_any_other_line_is_written_at_once_after_the_gathered_ones():
+    stream = CountingStream()
+    log = WorkerLog("plain", stream)
+    log.event("started", "run-1", type="t", attempt=1)
+    log.warning("a warning")
+    assert events(stream) == ["started", "warning"]
+    log.event("failed", "run-1 ValueError: x", level="error", type="t")
+    log.info("worker stopped")
+    assert events(stream) == ["started", "warning", "failed", "worker"]
+
+
+def test_a_full_gathering_is_written_by_the_thread_that_fills_it():
+    stream = CountingStream()
+    log = WorkerLog("plain", stream)
+    for i in range(MAX_GATHERED - 1):
+        log.event("completed", f"run-{i}")
+    assert stream.writes == 0
+    log.event("completed", "the last one")
+    assert stream.writes == 1 and len(stream.getvalue().splitlines()) == MAX_GATHERED
+
+
+def test_quiet_drops_the_routine_lines_only():
+    stream = CountingStream()
+    log = WorkerLog("plain", stream, quiet=True)
+    log.event("started", "run-1")
+    log.event("retry", "run-1 boom", level="warning")
+    log.drain()
+    assert events(stream) == ["retry"]
+
+
+def test_a_rich_terminal_gets_every_line_at_once():
+    stream = CountingStream()
+    log = WorkerLog("rich", stream)
+    log.event("started", "run-1", type="t")
+    assert "started" in stream.getvalue() and "run-1" in stream.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 
 import pytest
 
@@ -83,3 +84,33 @@ def test_a_rich_terminal_gets_every_line_at_once():
     log = WorkerLog("rich", stream)
     log.event("started", "run-1", type="t")
     assert "started" in stream.getvalue() and "run-1" in stream.getvalue()
+
+
+def test_no_line_is_lost_while_threads_add_and_the_loop_drains():
+    stream = CountingStream()
+    log = WorkerLog("plain", stream)
+    done = threading.Event()
+
+    def add(k: int) -> None:
+        for i in range(2000):
+            log.event("completed", f"run-{k}-{i}")
+
+    def loop() -> None:
+        while not done.is_set():
+            log.drain()
+        log.drain()
+
+    drainer = threading.Thread(target=loop)
+    drainer.start()
+    adders = [threading.Thread(target=add, args=(k,)) for k in range(8)]
+    for thread in adders:
+        thread.start()
+    for thread in adders:
+        thread.join()
+    done.set()
+    drainer.join()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 8 * 2000 and len(set(lines)) == len(lines)
+    for k in range(8):  # each thread's lines in its order
+        own = [line.split()[3] for line in lines if line.split()[3].startswith(f"run-{k}-")]
+        assert own == [f"run-{k}-{i}" for i in range(2000)]

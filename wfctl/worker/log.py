@@ -18,9 +18,11 @@ own; JSON escapes them as JSON does (``json.dumps`` writes ASCII only).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
+from collections import deque
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
@@ -53,7 +55,7 @@ class WorkerLog:
         self.quiet = quiet
         self._lock = threading.Lock()
         self._console: Any = None
-        self._gathered: list[str] = []  # routine lines the loop has not written yet
+        self._gathered: deque[str] = deque()  # routine lines the loop has not written yet
         if fmt == "rich":
             from rich.console import Console
 
@@ -86,21 +88,31 @@ class WorkerLog:
         else:
             stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
             line = f"{stamp} {level.upper():<7} {self._text(event, message, fields)}\n"
-        with self._lock:
+        if routine:
+            # no lock: a deque's append is atomic, and a thread waiting for the lock while the
+            # loop writes would hand the interpreter's lock around for nothing
             self._gathered.append(line)
-            if not routine or len(self._gathered) >= MAX_GATHERED:
-                self._write_gathered()
+            if len(self._gathered) >= MAX_GATHERED:
+                self.drain()
+            return
+        with self._lock:
+            self._write_gathered(line)
 
     def drain(self) -> None:
         """Write the gathered routine lines (the database loop, at each turn)."""
         if self._gathered:
             with self._lock:
-                self._write_gathered()
+                self._write_gathered("")
 
-    def _write_gathered(self) -> None:
-        lines, self._gathered = self._gathered, []
-        if lines:
-            self.stream.write("".join(lines))
+    def _write_gathered(self, then: str) -> None:
+        """Write the gathered lines and ``then``, in one write (holding the lock)."""
+        lines = []
+        with contextlib.suppress(IndexError):  # popleft until empty: a line added meanwhile
+            while True:  # is either written now or stays for the next drain
+                lines.append(self._gathered.popleft())
+        text = "".join(lines) + then
+        if text:
+            self.stream.write(text)
             self.stream.flush()
 
     @staticmethod

@@ -161,6 +161,9 @@ class Worker:
         self._wakeups = 0
         self._idle = False  # the last claim marked this worker idle in the database (workers.idle)
         self._sleeping = False  # the loop is (about to be) asleep in select: threads must wake it
+        # the loop gathers a group commit (_coalesce): it looks for new writes at least every
+        # COALESCE_GAP by itself; a thread wakes it only for the write that completes the batch
+        self._complete_at: int | None = None
         # periodic duties, in the order they run when several are due: the heartbeat first
         # (after a pause, a reconnect or a fenced write, learn which leases are gone before a
         # claimed-ahead workflow is handed to a thread); polling for work is decided by the
@@ -283,6 +286,9 @@ class Worker:
             self.calls.append(request)
         else:
             self.requests.append(request)
+            complete_at = self._complete_at
+            if complete_at is not None and len(self.requests) < complete_at:
+                return  # gathering: the loop comes back for it within COALESCE_GAP
         if self._sleeping:
             self._wake()
 
@@ -446,6 +452,8 @@ class Worker:
             if flush_now(state, now):
                 return
             wait = min(COALESCE_GAP - (now - last), COALESCE_MAX - (now - started))
+            # woken early only by the write that completes the batch (or a coordination step)
+            self._complete_at = min(self.active, self.options.max_batch)
             self._sleeping = True
             try:
                 if len(self.requests) == seen:
@@ -454,6 +462,7 @@ class Worker:
                         self._drain_wake_pipe()
             finally:
                 self._sleeping = False
+                self._complete_at = None
 
     def _drain_wake_pipe(self) -> None:
         try:

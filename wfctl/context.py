@@ -63,6 +63,9 @@ T = TypeVar("T")
 
 SLEEP_STEP = "sleep"
 MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
+#: Step results whose stored JSON reads back as the value itself (a str that could not be stored
+#: was refused before): returned without decoding their JSON again
+_SAME_AS_STORED: frozenset[type] = frozenset({int, str, bool, type(None)})
 MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
 PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
 
@@ -151,6 +154,8 @@ class Context:
             )
             raise StepFailed(number, name, error, started) from exc
         self._journal.record(number, name, encoded, started, made)
+        if type(result) in _SAME_AS_STORED:
+            return cast(T, result)  # what json.loads(encoded) would make of it: the value itself
         return cast(T, json.loads(encoded))  # untyped JSON: the result as a replay will return it
 
     def _failed_try(

@@ -105,10 +105,14 @@ def _default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+#: json.dumps with options other than its defaults builds an encoder per call: one, kept
+_ENCODER = json.JSONEncoder(allow_nan=False, default=_default)
+
+
 def dumps(value: Any) -> str:
     """JSON text for ``value``, or UnstorableJSON saying why it cannot be stored."""
     try:
-        text: str | None = json.dumps(value, allow_nan=False, default=_default)
+        text: str | None = _ENCODER.encode(value)
     except _Exact:
         text = None
     except (TypeError, ValueError) as exc:

@@ -135,7 +135,7 @@ def merge(batch: list[Request]) -> list[tuple[Request, ...]]:
 def _array(values: list[Any]) -> str:
     """A Postgres array literal of values that need no quoting (uuid, numbers, booleans,
     timestamps): the SQL casts it to its type."""
-    return "{" + ",".join("NULL" if v is None else str(v) for v in values) + "}"
+    return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
 
 
 def _text_array(values: list[str | None]) -> str:
@@ -143,7 +143,7 @@ def _text_array(values: list[str | None]) -> str:
     return (
         "{"
         + ",".join(
-            "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values
+            ["NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]
         )
         + "}"
     )
@@ -157,7 +157,7 @@ def storable_text(value: str | None) -> str | None:
     return value.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
 
 
-@dataclass
+@dataclass(slots=True)
 class Target:
     """What one row of the flush statement sets: the workflow's new values (None or False:
     keep what is there), the status it must be in, and the step row it writes, if any.

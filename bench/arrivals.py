@@ -716,14 +716,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, help="each worker's --concurrency (default: the worker's)")
     parser.add_argument("--poll", help="each worker's --poll (default: the worker's)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every side for each W (default 1)")
-    parser.add_argument(
-        "--code",
-        action="append",
-        default=[],
-        metavar="REV|DIR",
-        help="also run the workers from this commit (git archive) or source tree, as side wfctl@REV "
-        "(repeatable); the submitter is always this tree's",
-    )
+    harness.add_code(parser, "the workers", "the submitter")
     parser.add_argument(
         "--settle",
         type=float,

@@ -144,6 +144,20 @@ def add_server_dsn(
     where.add_argument("--server-dsn", help=server_help)
 
 
+def add_code(parser: argparse.ArgumentParser, who: str = "the worker", client: str | None = None) -> None:
+    """The option ``--code REV|DIR`` (repeatable), a list of trees for ``tree_sides``: ``who``
+    runs from each as side wfctl@REV; ``client``, if given, is always this tree's."""
+    also = f"; {client} is always this tree's" if client else ""
+    parser.add_argument(
+        "--code",
+        action="append",
+        default=[],
+        metavar="REV|DIR",
+        help=f"also run {who} from this commit (git archive) or source tree, as side wfctl@REV "
+        f"(repeatable){also}",
+    )
+
+
 @contextlib.contextmanager
 def server_dsn(given: str | None, workdir: Path, fresh: str = "fresh databases") -> Iterator[tuple[str, str]]:
     """(the server's DSN, its description): ``given`` (--server-dsn), else $WFCTL_DSN, else a

@@ -329,14 +329,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--poll", default="30s", help="the worker's --poll, its fallback to LISTEN (default 30s)"
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every side (default 1)")
-    parser.add_argument(
-        "--code",
-        action="append",
-        default=[],
-        metavar="REV|DIR",
-        help="also run the worker from this commit (git archive) or source tree, as side wfctl@REV "
-        "(repeatable); the client is always this tree's",
-    )
+    harness.add_code(parser, "the worker", "the client")
     parser.add_argument(
         "--timeout",
         type=float,

@@ -390,13 +390,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="runs per submit: 1 submits each with wfctl.submit, more with wfctl.submit_many (default 1)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every side (default 1)")
-    parser.add_argument(
-        "--code",
-        action="append",
-        default=[],
-        metavar="REV|DIR",
-        help="also run the workers from this commit or source tree, as side wfctl@REV (repeatable)",
-    )
+    harness.add_code(parser, "the workers", "the submitter")
     parser.add_argument(
         "--timeout",
         type=float,

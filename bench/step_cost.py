@@ -238,13 +238,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--steps", type=_steps, default=[1, 3], help="step counts, comma-separated (default 1,3)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every side (default 3)")
-    parser.add_argument(
-        "--code",
-        action="append",
-        default=[],
-        metavar="REV|DIR",
-        help="also run the worker from this commit or source tree, as side wfctl@REV (repeatable)",
-    )
+    harness.add_code(parser)
     parser.add_argument("--keep", action="store_true", help="keep the databases and the worker logs")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -73,11 +74,39 @@ def _assignments(scope: ast.AST, name: str) -> list[ast.expr]:
     return values
 
 
+Check = Callable[[ast.expr, ast.AST, int, ast.AST | None], str | None]
+
+
+def _followed(
+    node: ast.expr, scope: ast.AST, depth: int, module: ast.AST | None, check: Check, what: str
+) -> str | None:
+    """``check``'s verdict on ``node``, through conditional expressions and names: a name is
+    followed to its assignments in the enclosing function, else in the module (``what`` says
+    what a name that cannot be followed stands for)."""
+    if isinstance(node, ast.IfExp):
+        return _followed(node.body, scope, depth, module, check, what) or _followed(
+            node.orelse, scope, depth, module, check, what
+        )
+    if isinstance(node, ast.Name):
+        values = _assignments(scope, node.id) or (_assignments(module, node.id) if module else [])
+        if not values or depth > 5:
+            return f"{what}{node.id!r}, whose value cannot be checked here"
+        for value in values:
+            problem = _followed(value, scope, depth + 1, module, check, what)
+            if problem:
+                return f"{node.id!r}, {problem}"
+        return None
+    return check(node, scope, depth, module)
+
+
 def _query_problem(
     node: ast.expr, scope: ast.AST, depth: int = 0, module: ast.AST | None = None
 ) -> str | None:
-    """None when ``node`` is an acceptable query argument, else what is wrong with it. A name
-    is followed to its assignments in the enclosing function, else in the module."""
+    """None when ``node`` is an acceptable query argument, else what is wrong with it."""
+    return _followed(node, scope, depth, module, _query_value_problem, "the name ")
+
+
+def _query_value_problem(node: ast.expr, scope: ast.AST, depth: int, module: ast.AST | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
         return None
     if isinstance(node, ast.JoinedStr):
@@ -88,21 +117,8 @@ def _query_problem(
         if isinstance(node.op, ast.Add):
             return "a concatenated string"
         return "an expression"
-    if isinstance(node, ast.IfExp):
-        return _query_problem(node.body, scope, depth, module) or _query_problem(
-            node.orelse, scope, depth, module
-        )
-    if isinstance(node, ast.Name):
-        values = _assignments(scope, node.id) or (_assignments(module, node.id) if module else [])
-        if not values or depth > 5:
-            return f"the name {node.id!r}, whose value cannot be checked here"
-        for value in values:
-            problem = _query_problem(value, scope, depth + 1, module)
-            if problem:
-                return f"{node.id!r}, {problem}"
-        return None
-    if isinstance(node, ast.Attribute) and node.attr == "text":
-        return _numbered_problem(node.value, scope, depth, module)  # statement.text
+    if isinstance(node, ast.Attribute) and node.attr == "text":  # statement.text
+        return _followed(node.value, scope, depth, module, _numbered_value_problem, "the text of ")
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in SAFE_CALLS:
@@ -123,22 +139,9 @@ def _query_problem(
     return f"an expression {ast.unparse(node)!r}"
 
 
-def _numbered_problem(node: ast.expr, scope: ast.AST, depth: int, module: ast.AST | None) -> str | None:
+def _numbered_value_problem(node: ast.expr, scope: ast.AST, depth: int, module: ast.AST | None) -> str | None:
     """None when ``node`` (whose ``.text`` is run) is a Numbered statement of a named block."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NUMBERED_CALLS:
-        return None
-    if isinstance(node, ast.IfExp):
-        return _numbered_problem(node.body, scope, depth, module) or _numbered_problem(
-            node.orelse, scope, depth, module
-        )
-    if isinstance(node, ast.Name):
-        values = _assignments(scope, node.id) or (_assignments(module, node.id) if module else [])
-        if not values or depth > 5:
-            return f"the text of {node.id!r}, whose value cannot be checked here"
-        for value in values:
-            problem = _numbered_problem(value, scope, depth + 1, module)
-            if problem:
-                return f"{node.id!r}, {problem}"
         return None
     return f"the text of {ast.unparse(node)!r}, not a numbered block"
 

@@ -4,6 +4,7 @@ interleaving of the rounds. The benchmarks themselves run in tests/process/test_
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import re
 import sys
@@ -91,3 +92,14 @@ def test_a_database_error_is_one_line_and_nothing_is_left_behind(capsys):
     status, workdir = run_frame(body)
     assert status == 1 and not workdir.exists()
     assert capsys.readouterr().err == "bench: error: OperationalError: connection refused\n"
+
+
+def test_the_code_option_collects_every_tree_and_names_the_client():
+    parser = argparse.ArgumentParser()
+    harness.add_code(parser, "the workers", "the submitter")
+    assert parser.parse_args([]).code == []
+    assert parser.parse_args(["--code", "HEAD", "--code", "../other"]).code == ["HEAD", "../other"]
+    assert "the submitter is always this tree's" in " ".join(parser.format_help().split())
+    alone = argparse.ArgumentParser()
+    harness.add_code(alone)
+    assert "always this tree's" not in alone.format_help()

@@ -94,7 +94,7 @@ class Phase:
     capacity: float | None = None  # workflows/s the workers drained in the capacity phase
     rate: float = 0.0  # the submit rate asked for
     submitted: int = 0
-    submit_rate: float = 0.0  # achieved: (n - 1) over the span from the first submit to the last
+    submit_rate: float = 0.0  # achieved: the runs before the last batch over the span of their submits
     late_submits: int = 0
     runs: int = 0  # measured: completed, submitted after the warm-up
     claimed_again: int = 0
@@ -126,21 +126,15 @@ def workers_cpu(pool: Workers) -> float:
     return sum(harness.cpu_seconds(pid) for pid in pool.pids())
 
 
-def wait_for(conn: psycopg.Connection[Any], pool: Workers, done: Any, timeout: float, what: str) -> None:
-    """Poll until ``done()`` is true; an error when a worker exits or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if pool.alive() < len(pool.procs):
-            raise BenchError(f"a worker exited while {what} (logs: {', '.join(map(str, pool.logs))})")
-        if time.monotonic() >= deadline:
-            raise BenchError(f"not done after {timeout:g} s: {what}")
-        time.sleep(POLL_EVERY)
-
-
 def measure_capacity(conn: psycopg.Connection[Any], pool: Workers, n: int, timeout: float) -> float:
     """Workflows/s the workers drain from a backlog of ``n`` one-step workflows."""
     harness.queue_noop(conn, n, STEPS)
-    wait_for(conn, pool, lambda: harness.completed(conn) >= n, timeout, f"draining {n} queued runs")
+
+    def drained() -> tuple[bool, str]:
+        done = harness.completed(conn)
+        return done >= n, f"{done:,} of {n:,} completed"
+
+    harness.wait_for(drained, f"draining {n:,} queued runs", timeout, pool, POLL_EVERY)
     since = conn.execute(SQL["now"]).fetchone()
     assert since is not None
     row = conn.execute(SQL["drained"], {"type": WORKFLOW_TYPE, "since": since[0]}).fetchone()
@@ -236,13 +230,15 @@ def phase(side: TreeSide, dsn: str, number: int, settings: Settings) -> Phase:
         cpu_before, began = workers_cpu(pool), time.perf_counter()
         pacing = submit_paced(dsn, n, result.rate, settings.submitters, batch)
 
-        def finished() -> bool:
+        def finished() -> tuple[bool, str]:
             row = conn.execute(SQL["progress"], {"type": WORKFLOW_TYPE, "since": since}).fetchone()
             assert row is not None
             result.ended_otherwise = int(row[1])
-            return int(row[0]) + int(row[1]) >= n
+            return int(row[0]) + int(row[1]) >= n, f"{row[0]:,} of {n:,} completed, {row[1]} ended otherwise"
 
-        wait_for(conn, pool, finished, settings.timeout, f"waiting for the {n:,} submitted runs")
+        harness.wait_for(
+            finished, f"waiting for the {n:,} submitted runs", settings.timeout, pool, POLL_EVERY
+        )
         cpu, wall = workers_cpu(pool) - cpu_before, time.perf_counter() - began
         result.worker_exits = pool.terminate(STOP_GRACE)
         # the warm-up counts from the schedule's start, on the database's clock
@@ -250,9 +246,9 @@ def phase(side: TreeSide, dsn: str, number: int, settings: Settings) -> Phase:
         row = conn.execute(SQL["latencies"], {"type": WORKFLOW_TYPE, "since": measured_from}).fetchone()
     assert row is not None
     result.submitted = n
-    result.submit_rate = (
-        round((n - 1) / (pacing.last - pacing.first), 1) if pacing.last > pacing.first else 0.0
-    )
+    # the first submit's start to the last one's spans every batch but the last
+    spanned = pacing.last - pacing.first
+    result.submit_rate = round((n - batch) / spanned, 1) if spanned > 0 else 0.0
     result.late_submits = pacing.late
     result.runs, result.claimed_again = int(row[0]), int(row[1])
     (

@@ -95,12 +95,12 @@ def drain(side: TreeSide, dsn: str, number: int, steps: int, n: int, workdir: Pa
         user0, system0 = ticks(pid)
         switched0, began = switches(pid), time.monotonic()
         harness.queue_noop(conn, n, steps)
-        while harness.completed(conn) < n:
-            if worker.alive() == 0:
-                raise BenchError(f"{label}: the worker exited: {worker.last_line(0)}")
-            if time.monotonic() - began > DRAIN_TIMEOUT:
-                raise BenchError(f"{label}: not drained after {DRAIN_TIMEOUT:g} s")
-            time.sleep(POLL_EVERY)
+
+        def drained() -> tuple[bool, str]:
+            done = harness.completed(conn)
+            return done >= n, f"{done:,} of {n:,} completed"
+
+        harness.wait_for(drained, label, DRAIN_TIMEOUT, worker, POLL_EVERY)
         result.seconds = round(time.monotonic() - began, 3)
         user1, system1 = ticks(pid)
         switched = switches(pid) - switched0

@@ -8,7 +8,15 @@ import pytest
 from wfctl.errors import InvalidInput
 from wfctl.worker.duties import ALARM_HORIZON, Alarmed, Duties, Duty, Poll
 from wfctl.worker.options import DEFAULTS, WorkerOptions, default_text, resolve
-from wfctl.worker.policy import COALESCE_GAP, COALESCE_MAX, Coalesce, flush_now, free_slots, should_claim
+from wfctl.worker.policy import (
+    COALESCE_GAP,
+    COALESCE_MAX,
+    Coalesce,
+    complete_at,
+    flush_now,
+    free_slots,
+    should_claim,
+)
 
 
 class FakeClock:
@@ -180,6 +188,17 @@ def test_coalesce_or_flush():
     # arrivals keep coming, but the whole wait is capped
     assert not flush_now(Coalesce(3, 8, 256, t0, t0 + 0.0019), t0 + 0.00195)
     assert flush_now(Coalesce(3, 8, 256, t0, t0 + COALESCE_MAX), t0 + COALESCE_MAX)
+
+
+def test_the_write_that_completes_a_batch_is_the_one_that_wakes_the_gathering_loop():
+    # what wakes the loop is what flushes: one write from every running workflow, or a full batch
+    assert complete_at(4, 256) == 4 and complete_at(300, 256) == 256 and complete_at(0, 256) == 0
+    t0 = 1000.0
+    for active, max_batch in [(4, 256), (300, 256), (1, 1)]:
+        done = complete_at(active, max_batch)
+        assert flush_now(Coalesce(done, active, max_batch, t0, t0), t0)
+        if done > 1:
+            assert not flush_now(Coalesce(done - 1, active, max_batch, t0, t0), t0)
 
 
 def test_options_flags_over_config_over_defaults():

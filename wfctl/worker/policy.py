@@ -52,11 +52,17 @@ class Coalesce:
     last_arrival: float  # when the latest write arrived
 
 
+def complete_at(active: int, max_batch: int) -> int:
+    """The writes that complete a batch: one from every running workflow (nobody else can
+    come), or a full one. The gathering loop is woken only by the write that reaches it."""
+    return min(active, max_batch)
+
+
 def flush_now(c: Coalesce, now: float) -> bool:
-    """Send the group commit now rather than wait for more writes? Yes once every running
-    workflow has written (nobody else can come), the batch is full, nobody arrived within
-    COALESCE_GAP (the others are busy in long steps), or the whole wait reached COALESCE_MAX."""
-    if c.waiting >= c.active or c.waiting >= c.max_batch:
+    """Send the group commit now rather than wait for more writes? Yes once the batch is
+    complete (``complete_at``), nobody arrived within COALESCE_GAP (the others are busy in long
+    steps), or the whole wait reached COALESCE_MAX."""
+    if c.waiting >= complete_at(c.active, c.max_batch):
         return True
     if now - c.started >= COALESCE_MAX:
         return True

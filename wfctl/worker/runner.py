@@ -62,6 +62,7 @@ from wfctl.worker.policy import (
     COALESCE_GAP,
     COALESCE_MAX,
     Coalesce,
+    complete_at,
     flush_now,
     free_slots,
     should_claim,
@@ -453,7 +454,7 @@ class Worker:
                 return
             wait = min(COALESCE_GAP - (now - last), COALESCE_MAX - (now - started))
             # woken early only by the write that completes the batch (or a coordination step)
-            self._complete_at = min(self.active, self.options.max_batch)
+            self._complete_at = complete_at(self.active, self.options.max_batch)
             self._sleeping = True
             try:
                 if len(self.requests) == seen:

@@ -82,7 +82,7 @@ def spliced(block: str, part: str) -> str:
     return text.replace(marker, q(part))
 
 
-_PLACEHOLDER = re.compile(r"%\((?P<name>[a-z_][a-z0-9_]*)\)s|%%")
+_PLACEHOLDER = re.compile(r"%\((?P<name>\w+)\)s|%%|%s")
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,10 @@ def _numbered(text: str) -> Numbered:
 
     def number(match: re.Match[str]) -> str:
         name = match.group("name")
-        if name is None:
-            return "%"
-        return f"${order.setdefault(name, len(order) + 1)}"
+        if name is not None:
+            return f"${order.setdefault(name, len(order) + 1)}"
+        if match.group() == "%s":
+            raise ValueError(f"a numbered statement takes named placeholders only, not %s: {first!r}")
+        return "%"
 
     return Numbered(_PLACEHOLDER.sub(number, kept).encode(), tuple(order))

@@ -63,11 +63,11 @@ T = TypeVar("T")
 
 SLEEP_STEP = "sleep"
 MAX_STEP_NAME = 200  # workflow_steps.step_name is varchar(200)
+MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
+PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
 #: Step results whose stored JSON reads back as the value itself (a str that could not be stored
 #: was refused before): returned without decoding their JSON again
 _SAME_AS_STORED: frozenset[type] = frozenset({int, str, bool, type(None)})
-MAX_TOPIC = 150  # a message topic or an event key (workflow_messages / workflow_events checks)
-PATCH_PREFIX = "patch:"  # the step name of a ctx.patched() marker
 
 
 class Context:

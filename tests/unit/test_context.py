@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +16,10 @@ from wfctl.context import (
     RecordedStep,
     StepFailed,
 )
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
 
 
 def make(journal: MemoryJournal, attempt: int = 1) -> Context:
@@ -34,6 +39,16 @@ def test_step_records_and_replays_without_calling_again():
     assert calls == [5] and journal.steps[1].name == "work"
     again = make(journal, attempt=2).step("work", work, 5)
     assert again == first and calls == [5]
+
+
+@pytest.mark.parametrize(
+    "value", [7, 2**70, "naïve", "", True, None, 1.5, Level.HIGH, [1, (2, 3)], {"k": Level.HIGH}]
+)
+def test_what_a_step_returns_the_first_time_is_what_a_replay_returns(value):
+    journal = MemoryJournal()
+    first = make(journal).step("give", lambda: value)
+    again = make(journal, attempt=2).step("give", lambda: pytest.fail("replayed steps are not run"))
+    assert first == again and type(first) is type(again)
 
 
 def test_renamed_step_is_a_determinism_error():

@@ -11,7 +11,6 @@ between group commits.
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -20,6 +19,7 @@ import psycopg
 
 from wfctl.operations import OPERATIONS, Op, operation
 from wfctl.queries import q
+from wfctl.worker.latch import Latch
 
 #: The coordination steps there are (op names).
 OPS = tuple(Op)
@@ -30,7 +30,7 @@ def _run(conn: psycopg.Connection[Any], op: Op, params: dict[str, Any]) -> tuple
     return conn.execute(q(OPERATIONS[op].block), params).fetchone()
 
 
-class Call:
+class Call(Latch):
     """One coordination step of one execution, fenced by ``epoch``. After ``wait()``: ``state``
     is 'done' (``output`` is the checkpointed output), 'parked', 'fenced', 'refused' (``output``
     says why: the step can never succeed) or 'expired' (past the run's deadline nothing was
@@ -38,7 +38,6 @@ class Call:
     could not be reached for good."""
 
     __slots__ = (
-        "_done",
         "attempt",
         "epoch",
         "failure",
@@ -69,19 +68,15 @@ class Call:
         self.state: str | None = None
         self.output: Any = None
         self.failure: BaseException | None = None
-        self._done = threading.Lock()
-        self._done.acquire()
-
-    def wait(self) -> None:
-        self._done.acquire()
+        Latch.__init__(self)
 
     def resolve(self, state: str, output: Any) -> None:
         self.state, self.output = state, output
-        self._done.release()
+        self.open()
 
     def abort(self, error: BaseException) -> None:
         self.failure = error
-        self._done.release()
+        self.open()
 
 
 def execute(conn: psycopg.Connection[Any], call: Call) -> None:

@@ -8,7 +8,6 @@ The run's deadline fences like the epoch: past it only a "timeout" write is take
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -19,6 +18,7 @@ import psycopg
 from wfctl.operations import WaitKind
 from wfctl.queries import numbered
 from wfctl.words import COMPLETED, FAILED, HANDLED, PENDING, RETRYING, RUNNING
+from wfctl.worker.latch import Latch, open_in_turn
 from wfctl.worker.targets import PARENTS, PartitionTargets, Targets
 
 #: "timeout": the run failed at its deadline, with its deadline error: the one write the
@@ -29,11 +29,12 @@ Kind = Literal["step", "park", "complete", "fail", "release", "timeout"]
 ENDING: frozenset[str] = frozenset({"park", "complete", "fail", "release", "timeout"})
 
 
-class Request:
-    """One write for one workflow, fenced by ``epoch``; the asking thread waits on ``wait()``."""
+class Request(Latch):
+    """One write for one workflow, fenced by ``epoch``; the asking thread waits on ``wait()``
+    until the batch holding it committed (``ok``: it was not fenced out) or failed for good
+    (``failure``)."""
 
     __slots__ = (
-        "_done",
         "attempt",
         "delay",
         "epoch",
@@ -88,20 +89,11 @@ class Request:
         self.tries, self.retrying = tries, retrying
         self.ok = False
         self.failure: BaseException | None = None  # the database could not be reached for good
-        # a one-shot latch: held from creation, released once resolved (cheaper than an Event)
-        self._done = threading.Lock()
-        self._done.acquire()
-
-    def wait(self) -> None:
-        self._done.acquire()
-
-    def resolve(self, ok: bool) -> None:
-        self.ok = ok
-        self._done.release()
+        Latch.__init__(self)
 
     def abort(self, error: BaseException) -> None:
         self.failure = error
-        self._done.release()
+        self.open()
 
     @property
     def key(self) -> tuple[UUID, int]:
@@ -265,7 +257,8 @@ def flush(
     for group in groups:
         ok = group[0].key in written
         for r in group:
-            r.resolve(ok)
+            r.ok = ok
+    open_in_turn(batch)
 
 
 def _write_in_partition(

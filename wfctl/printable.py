@@ -38,6 +38,8 @@ def escape(char: str) -> str:
 def printable(text: str, *, keep: str = "") -> str:
     """``text`` with every control and invisible format character escaped (but those in
     ``keep``, e.g. the line feed of a multi-line block)."""
+    if text.isascii() and text.isprintable():  # no control character: nothing to escape
+        return text
 
     def replace(match: re.Match[str]) -> str:
         char = match.group()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 import json
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
-from wfctl.worker.log import MAX_GATHERED, WorkerLog
+from wfctl.worker.log import MAX_GATHERED, WorkerLog, utc_stamp
 
 
 class CountingStream(io.StringIO):
@@ -114,3 +115,13 @@ def test_no_line_is_lost_while_threads_add_and_the_loop_drains():
     for k in range(8):  # each thread's lines in its order
         own = [line.split()[3] for line in lines if line.split()[3].startswith(f"run-{k}-")]
         assert own == [f"run-{k}-{i}" for i in range(2000)]
+
+
+def test_the_stamp_is_what_isoformat_writes_to_the_millisecond() -> None:
+    """The date and time of day are formatted once a second and kept: every instant, across
+    second, day and year boundaries and in any order, still gets its own second's text."""
+    instants = [1_798_761_599.9996, 1_798_761_600.0, 1_798_761_600.0004, 1_798_761_599.001, 0.5]
+    instants += [1_765_000_000 + k * 0.137 for k in range(30)]  # floats just under a millisecond
+    for now in instants:
+        expected = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        assert utc_stamp(now) + "+00:00" == expected, now

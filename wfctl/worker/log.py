@@ -22,8 +22,9 @@ import contextlib
 import json
 import sys
 import threading
+import time
 from collections import deque
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, TextIO
 
 from wfctl.printable import printable
@@ -46,6 +47,25 @@ _STYLES = {
 }
 
 
+#: The second utc_stamp formatted last, and its text: one tuple, replaced whole, so that a
+#: thread never pairs one second's number with another's text.
+_second: tuple[int, str] = (-1, "")
+
+
+def utc_stamp(now: float) -> str:
+    """``now`` (seconds since the epoch) as ISO 8601 UTC to the millisecond, without the zone:
+    what ``datetime.isoformat(timespec="milliseconds")`` writes, with the date and time of day
+    formatted once a second (two lines a run: formatting each in full cost more than the rest
+    of the line)."""
+    global _second
+    second, micro = divmod(round(now * 1_000_000), 1_000_000)  # as datetime rounds a timestamp
+    cached = _second
+    if cached[0] != second:
+        cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        _second = cached
+    return f"{cached[1]}.{micro // 1000:03d}"
+
+
 class WorkerLog:
     def __init__(self, fmt: Format = "auto", stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
@@ -66,10 +86,9 @@ class WorkerLog:
         routine = level == "info" and event in ROUTINE
         if self.quiet and routine:
             return
-        now = datetime.now(UTC)
         if self._console is not None:
             with self._lock:
-                stamp = now.astimezone().strftime("%H:%M:%S")
+                stamp = datetime.now().strftime("%H:%M:%S")
                 style = _STYLES.get(event) or _STYLES.get(level)
                 self._console.print(
                     f"{stamp} {self._text(event, message, fields)}", style=style, markup=False
@@ -78,7 +97,7 @@ class WorkerLog:
             return
         if self.fmt == "json":
             record = {
-                "ts": now.isoformat(timespec="milliseconds"),
+                "ts": utc_stamp(time.time()) + "+00:00",
                 "level": level,
                 "event": event,
                 "message": message,
@@ -86,8 +105,7 @@ class WorkerLog:
             record.update({k: v for k, v in fields.items() if v is not None})
             line = json.dumps(record, default=str) + "\n"
         else:
-            stamp = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            line = f"{stamp} {level.upper():<7} {self._text(event, message, fields)}\n"
+            line = f"{utc_stamp(time.time())}Z {level.upper():<7} {self._text(event, message, fields)}\n"
         if routine:
             # no lock: a deque's append is atomic, and a thread waiting for the lock while the
             # loop writes would hand the interpreter's lock around for nothing

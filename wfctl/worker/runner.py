@@ -514,9 +514,9 @@ class Worker:
         if self.stopping.is_set():
             return  # after SIGTERM nothing new starts here: the backlog is handed back
         stalled = False
-        while not stalled and self.backlog and self.active < self.options.concurrency:
+        while not stalled and self.backlog and self._busy() < self.options.concurrency:
             ahead: list[Execution] = []  # claimed ahead: their mark is cleared before they start
-            while self.backlog and self.active + len(ahead) < self.options.concurrency:
+            while self.backlog and self._busy() + len(ahead) < self.options.concurrency:
                 execution = self.backlog.popleft()
                 if execution.lost:  # its lease went while it waited: it never runs here
                     self._not_started(execution)
@@ -537,6 +537,11 @@ class Worker:
                 self._work.put(execution)
             if ahead:
                 self._start_ahead(ahead)
+
+    def _busy(self) -> int:
+        """Threads taken: the executions on threads or queued for one, less those whose ending
+        committed (their threads are about to take what is queued, without sleeping first)."""
+        return self.active - len(self._ending)
 
     def _not_started(self, execution: Execution) -> None:
         self.running.pop(execution.key, None)
@@ -678,6 +683,9 @@ class Worker:
             self._flush_one_by_one(batch)
         if any(not r.ok for r in batch):
             self.heartbeat.soon()  # a fenced write: other leases of ours may be gone too
+        # the runs that take the ending threads, queued while those wake one by one: a thread
+        # leaving its run finds the next one there instead of sleeping until the next harvest
+        self._start_ready()
 
     def _starts_for(self, batch: list[Request]) -> list[Execution]:
         """A thread whose run ends in ``batch`` is free once that commits: the next runs

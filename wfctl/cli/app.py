@@ -3,6 +3,7 @@ errors become a single line on stderr and an exit code."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
@@ -228,4 +229,9 @@ app.add_typer(db_commands.app, name="db")
 
 def main() -> None:
     """Console-script entry point."""
-    typer.main.get_command(app).main(prog_name="wfctl")
+    try:
+        typer.main.get_command(app).main(prog_name="wfctl")
+    finally:
+        # The process ends here: nothing it holds needs collecting, and the interpreter's last
+        # collections over every loaded module's objects made each command's exit take 0.1 s.
+        gc.freeze()

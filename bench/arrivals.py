@@ -685,18 +685,6 @@ def _text(ctx: Context, rows: list[Row], done: list[Measurement], problems: list
 # -- main ------------------------------------------------------------------------------------------
 
 
-def _workers_list(text: str) -> list[int]:
-    try:
-        counts = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"invalid --workers {text!r}: give counts such as 1,4,16,64"
-        ) from None
-    if not counts or counts[0] < 1:
-        raise argparse.ArgumentTypeError(f"invalid --workers {text!r}: every count must be at least 1")
-    return counts
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.arrivals",
@@ -708,7 +696,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=200.0, help="submits per second (default 200)")
     parser.add_argument(
         "--workers",
-        type=_workers_list,
+        type=harness.counts("--workers"),
         default=[1, 4, 16, 64],
         metavar="W,W,...",
         help="worker counts, one measurement each in a fresh database (default 1,4,16,64)",

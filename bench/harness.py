@@ -158,6 +158,24 @@ def add_code(parser: argparse.ArgumentParser, who: str = "the worker", client: s
     )
 
 
+def counts(option: str) -> Callable[[str], list[int]]:
+    """An argparse type for ``option``: comma-separated whole numbers, each at least 1, sorted
+    and without repeats ("1,3", "1,4,16,64")."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = sorted({int(part) for part in text.split(",") if part.strip()})
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid {option} {text!r}: comma-separated whole numbers"
+            ) from None
+        if not values or values[0] < 1:
+            raise argparse.ArgumentTypeError(f"invalid {option} {text!r}: each at least 1")
+        return values
+
+    return parse
+
+
 @contextlib.contextmanager
 def server_dsn(given: str | None, workdir: Path, fresh: str = "fresh databases") -> Iterator[tuple[str, str]]:
     """(the server's DSN, its description): ``given`` (--server-dsn), else $WFCTL_DSN, else a

@@ -217,16 +217,6 @@ def report(
     return problems
 
 
-def _steps(text: str) -> list[int]:
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid --steps {text!r}: comma-separated whole numbers") from None
-    if not values or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"invalid --steps {text!r}: each at least 1")
-    return values
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.step_cost",
@@ -235,7 +225,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     harness.add_server_dsn(parser)
     parser.add_argument("-n", type=int, default=20000, help="workflows per drain (default 20000)")
     parser.add_argument(
-        "--steps", type=_steps, default=[1, 3], help="step counts, comma-separated (default 1,3)"
+        "--steps",
+        type=harness.counts("--steps"),
+        default=[1, 3],
+        help="step counts, comma-separated (default 1,3)",
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every side (default 3)")
     harness.add_code(parser)

@@ -103,3 +103,11 @@ def test_the_code_option_collects_every_tree_and_names_the_client():
     alone = argparse.ArgumentParser()
     harness.add_code(alone)
     assert "always this tree's" not in alone.format_help()
+
+
+def test_counts_are_sorted_without_repeats_and_at_least_one():
+    parse = harness.counts("--workers")
+    assert parse("16,1, 4,16") == [1, 4, 16]
+    for bad, why in (("0,4", "each at least 1"), ("", "each at least 1"), ("1,x", "comma-separated whole")):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            parse(bad)

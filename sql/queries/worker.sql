@@ -27,11 +27,32 @@ $$;
 
 -- name: listen_wait
 -- The listening duty (wfctl/worker/listening.py): of a pool's idle workers (the same schema,
--- the same types: $1, their names joined), the one that holds this session lock LISTENs. The
--- others wait for it here, sent without waiting for the reply, until $2 (milliseconds, the
--- worker's next heartbeat or alarm: the wait then ends with lock_not_available and is sent again).
-SELECT pg_advisory_lock(hashtextextended(wfctl_channel() || ' listening ' || $1, 0))
-FROM (SELECT set_config('lock_timeout', $2, true)) AS t;
+-- the same types: {pool}, their names joined), the one that holds this session lock LISTENs.
+-- The others wait for it here, sent without waiting for the reply, until {millis} (the
+-- worker's next heartbeat or alarm: the wait then ends with lock_not_available and is sent
+-- again). Two statements in one round trip, each with its own snapshot: when the lock comes
+-- and at least {slots} runs of the pool's types ({types}) are due, the worker's claim would
+-- fill its {slots} free threads (0: never) and it would leave the duty right after; the
+-- second statement passes the duty on at once instead, so the waiting workers of a burst
+-- claim side by side, not each after the previous one's claim. It reads at most {scan}
+-- entries of the runnable index: an estimate (a run a limit holds back counts), never a
+-- scan of the whole backlog.
+SELECT pg_advisory_lock(hashtextextended(wfctl_channel() || ' listening ' || {pool}, 0))
+FROM (SELECT set_config('lock_timeout', {millis}, true)) AS t;
+SELECT CASE WHEN {slots} > 0 AND count(*) >= {slots}
+            THEN pg_advisory_unlock(hashtextextended(wfctl_channel() || ' listening ' || {pool}, 0))
+            ELSE false END AS passed
+FROM (
+    SELECT 1 FROM (
+        SELECT w.workflow_type, w.run_at FROM workflows w
+        WHERE w.status = 'pending'
+        ORDER BY w.priority DESC, w.run_at, w.id
+        LIMIT {scan}
+    ) AS r
+    -- due by the clock now, not by now(): the transaction began with the wait
+    WHERE r.workflow_type::text = ANY ({types}::text[]) AND r.run_at <= clock_timestamp()
+    LIMIT {slots}
+) AS due;
 
 -- name: listen_try
 -- The listening duty without waiting: a worker with threads free and runs in hand takes it when

@@ -1,7 +1,8 @@
 """Of a pool's idle workers one LISTENs (wfctl/worker/listening.py): the others wait for its
 lock, so a submit costs one listener's read of the notification queue, not one per worker;
 and the duty passes on when its holder's threads fill, when it dies, when its session ends
-and when it stops.
+and when it stops; a burst passes it down the waiting workers at once, and it still ends with a
+worker that listens.
 
 Every worker here polls once a minute and beats once every 10 s, far longer than these tests
 wait for a run to start: a run that starts in time was started by a wake-up.
@@ -13,10 +14,12 @@ import signal
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 from helpers import rows, wait_for
 
 import wfctl
+from wfctl import client, jsonvalue
 
 pytestmark = pytest.mark.slow
 
@@ -129,3 +132,44 @@ def test_a_stopping_listener_hands_the_duty_on_before_it_exits(dsn: str, workers
     completes_promptly(dsn, wfctl.submit(dsn, "three", {}))
     workers.gate.unlink()
     assert stopping.wait(timeout=30) == 0
+
+
+def test_a_burst_passed_down_the_waiting_workers_leaves_one_listening(dsn: str, workers: Any) -> None:
+    workers.gate.touch()
+    procs = [workers.start(*QUIET, "--concurrency", "2") for _ in range(3)]
+    wait_for(lambda: duty_locks(dsn) == [False, False, True], what="one holder and two waiting")
+    # one commit: the holder claims four (its two threads and two ahead) and leaves the duty;
+    # the next waiting worker gets it with three due, enough to fill its threads, and passes it
+    # on; whichever of the two claims short of its threads takes it back
+    with psycopg.connect(dsn) as conn:
+        client.submit_many(conn, "three", [jsonvalue.dumps({"gate": 1})] * 7)
+    wait_for(
+        lambda: rows(dsn, "SELECT count(*) FROM workflows WHERE status = 'pending'") == [(0,)],
+        what="the burst to be claimed",
+    )
+    completes_promptly(dsn, wfctl.submit(dsn, "three", {}))
+    assert all(p.poll() is None for p in procs)
+    workers.gate.unlink()
+
+
+def test_a_worker_that_passed_the_duty_for_runs_a_limit_holds_back_keeps_it_next_time(
+    dsn: str, workers: Any
+) -> None:
+    procs = {p.pid for p in (workers.start(*QUIET, "--concurrency", "1", app="limitflows") for _ in range(2))}
+    wait_for(lambda: duty_locks(dsn) == [False, True], what="one holder and one waiting")
+    (other,) = procs - {holder_pid(dsn)}
+    # "gated" runs one at a time: the holder claims one (its thread filled) and leaves the
+    # duty; the other gets it with eleven due, which its claim cannot take. It passes the duty
+    # on once, claims none, and keeps the duty the next time it comes, rather than passing it
+    # on again and again for runs it cannot claim
+    with psycopg.connect(dsn) as conn:
+        client.submit_many(conn, "gated", [jsonvalue.dumps({"pause": 120})] * 12)
+    wait_for(
+        lambda: (
+            duty_locks(dsn) == [True]
+            and rows(dsn, "SELECT pid FROM workers WHERE idle AND stopped_at IS NULL") == [(other,)]
+        ),
+        what="the other worker to listen for the pool",
+    )
+    assert rows(dsn, "SELECT count(*) FROM workflows WHERE status = 'running'") == [(1,)]
+    assert wfctl.result(dsn, wfctl.submit(dsn, "plain", {"pause": 0}), timeout=PROMPT) == 0.0

@@ -18,6 +18,14 @@ it, LISTENs and claims at once; a holder that dies ends its session, and the loc
 worker with runs in hand and threads free takes the duty without waiting when no one holds it
 (``worker.listen_try``, at most once per poll interval), so a pool whose workers are all
 partly busy still has one that listens.
+
+A burst would pass the duty down the waiting workers one claim at a time: each takes it,
+LISTENs, claims, fills its threads and leaves it to the next. So when the lock comes with at
+least as many runs due as the waiting worker has threads, the same round trip passes it on
+(``passed``): the worker claims without listening, and the next waiting worker is handed the
+lock by the server at once. A passed worker whose claim then comes back short asks for the
+duty again at once (and waits for it next time without passing it on), so a pool that has
+worker threads free is never left deaf for longer than it was before.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from __future__ import annotations
 import select
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -38,6 +46,16 @@ from wfctl.worker import claims
 ENDED = (b"55P03", b"57014")
 #: Seconds to wait for the reply of a wait past its lock_timeout before cancelling it.
 REPLY_GRACE = 2.0
+#: How many entries of the runnable index, per thread free, a wait that got the lock reads to
+#: tell whether the duty should be passed on (an estimate, never a scan of the backlog).
+SCAN_PER_THREAD = 4
+
+
+class Wait(NamedTuple):
+    """How a wait for the duty ended: the lock came (``got``), and was passed on at once."""
+
+    got: bool
+    passed: bool = False
 
 
 class Listening:
@@ -53,23 +71,31 @@ class Listening:
         """The session ended: the lock and the LISTEN went with it."""
         self.held = False
 
-    def send_wait(self, conn: psycopg.Connection[Any], timeout: float) -> None:
+    def send_wait(self, conn: psycopg.Connection[Any], timeout: float, threads: int) -> None:
         """Ask for the duty, waiting at most ``timeout`` seconds on the server; the reply comes
-        on the connection's socket (``finish_wait``)."""
+        on the connection's socket (``finish_wait``). With ``threads`` free (0: never), pass the
+        duty on as it comes if as many runs are due: the claim would fill them."""
         millis = max(1, int(timeout * 1000))
-        conn.pgconn.send_query_params(
-            q("worker.listen_wait").encode(), [self.pool.encode(), str(millis).encode()]
+        threads = max(0, threads)
+        statement = sql.SQL(q("worker.listen_wait")).format(
+            pool=sql.Literal(self.pool),
+            millis=sql.Literal(str(millis)),
+            slots=sql.Literal(threads),
+            scan=sql.Literal(threads * SCAN_PER_THREAD),
+            types=sql.Literal(self.types),
         )
+        # two statements, one round trip: the simple protocol, never a prepared statement
+        conn.pgconn.send_query(statement.as_bytes(conn))
 
-    def finish_wait(self, conn: psycopg.Connection[Any], *, cancel: bool) -> bool:
+    def finish_wait(self, conn: psycopg.Connection[Any], *, cancel: bool) -> Wait:
         """Read the wait's reply, cancelling it first with ``cancel`` (a stop, a thread that
-        needs the loop); True when the duty came (LISTEN then: ``take``). A lost connection
-        raises ``psycopg.OperationalError``; the wait is over either way."""
+        needs the loop). When the lock came and was not passed on, LISTEN then (``take``). A
+        lost connection raises ``psycopg.OperationalError``; the wait is over either way. A
+        failure of the second statement (the pass) leaves the lock held, not passed."""
         pgconn = conn.pgconn
         if cancel:
             conn.cancel_safe(timeout=REPLY_GRACE)
-        got = False
-        problem: bytes | None = None
+        results: list[Any] = []
         deadline = time.monotonic() + REPLY_GRACE
         while True:
             while pgconn.is_busy():
@@ -83,15 +109,23 @@ class Listening:
             result = pgconn.get_result()
             if result is None:
                 break
-            if result.status == ExecStatus.TUPLES_OK:
-                got = True
-            elif result.status == ExecStatus.FATAL_ERROR:
-                state = result.error_field(DiagnosticField.SQLSTATE)
-                if state not in ENDED:
-                    problem = result.error_message
-        if problem is not None:
-            raise psycopg.DatabaseError(problem.decode(errors="replace").strip())
-        return got
+            results.append(result)
+        if not results or results[0].status != ExecStatus.TUPLES_OK:
+            problem = results[0] if results else None
+            if (
+                problem is not None
+                and problem.status == ExecStatus.FATAL_ERROR
+                and problem.error_field(DiagnosticField.SQLSTATE) not in ENDED
+            ):
+                message = problem.error_message or b"the listening wait failed"
+                raise psycopg.DatabaseError(message.decode(errors="replace").strip())
+            return Wait(got=False)
+        passed = (
+            len(results) > 1
+            and results[1].status == ExecStatus.TUPLES_OK
+            and results[1].get_value(0, 0) == b"t"
+        )
+        return Wait(got=True, passed=passed)
 
     def try_take(self, conn: psycopg.Connection[Any]) -> bool:
         """Take the duty if no worker of the pool holds it (then LISTEN); whether it did."""

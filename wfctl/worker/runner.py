@@ -113,6 +113,10 @@ class Worker:
         # as a fallback for a holder that froze, once per dead-after (_pace_pool_duties)
         self._waiter_poll = max(options.poll, options.dead_after)
         self._duty_tried = float("-inf")  # when the worker last asked for the duty without waiting
+        # the duty came with a burst due and was passed on at once (listening.py): the claim
+        # that follows says whether to pass it on again (a full claim) or to keep it next time
+        self._passed = False
+        self._may_pass = True
         self.requests: deque[Request] = deque()
         self.calls: deque[Call] = deque()  # coordination steps, run one at a time
         # ctx.transaction's connections: a small pool, opened by the first transactional step
@@ -604,6 +608,7 @@ class Worker:
 
     def _claim(self) -> int:
         limit = self._free_slots()
+        room = self._threads_free()
         # the wake-ups counted so far are for rows this claim's snapshot sees; one that comes
         # during the statement is read with its reply and counted by the next wait (_wait), so
         # a wake-up that raced the claim leads to another claim
@@ -616,7 +621,7 @@ class Worker:
             functools.partial(
                 claims.claim,
                 addressable=self._addressable(),
-                room=self._threads_free(),
+                room=room,
                 ahead_from=ahead_from,
             ),
             self.me.id,
@@ -624,10 +629,18 @@ class Worker:
             limit,
             self.frontier,
         )
+        passed, self._passed = self._passed, False
         if batch is None:
             self._more = False
             return 0
         self._more = len(batch.claimed) == limit
+        if len(batch.claimed) >= room:
+            self._may_pass = True
+        elif passed:
+            # the duty was passed on for a burst this claim did not find: ask for it again
+            # now, and keep it the next time it comes
+            self._may_pass = False
+            self._duty_tried = float("-inf")
         self._idle = batch.idle
         if not batch.idle:
             self._leave_duty()  # its threads are taken: the next idle worker of the pool listens
@@ -915,10 +928,10 @@ class Worker:
         if timeout < 0.005:
             return  # a duty is due: the loop runs it first
         try:
-            duty.send_wait(conn, timeout)
+            duty.send_wait(conn, timeout, self._threads_free() if self._may_pass else 0)
             ready = self._select([self._wake_r, conn.fileno()], timeout + 0.05)
-            got = duty.finish_wait(conn, cancel=conn.fileno() not in ready)
-            if got:
+            wait = duty.finish_wait(conn, cancel=conn.fileno() not in ready)
+            if wait.got and not wait.passed:
                 duty.take(conn)
         except psycopg.Error as exc:
             if connection_lost(conn, exc):
@@ -926,9 +939,11 @@ class Worker:
             else:
                 self.session.refused("listening wait", exc)
             return
-        if got:
-            self.frontier.rescan()  # deaf until now: look from the head
+        if wait.got:
+            # deaf until now (or still, having passed the duty on): look from the head
+            self.frontier.rescan()
             self._more = True
+            self._passed = wait.passed
 
     def _try_duty(self) -> bool:
         """Before sleeping with runs in hand and threads free (a worker with no run waits for

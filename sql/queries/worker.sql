@@ -396,21 +396,28 @@ started AS (
     UPDATE workers SET started_seq = greatest(started_seq, %(started_seq)s::bigint)
     WHERE id = %(owner)s AND %(started_seq)s::bigint IS NOT NULL
 )
-SELECT r.id, r.epoch,
-       CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
-            ELSE
-                -- not written now: already applied by an earlier send of the same request?
-                -- (this reads the workflow as it was before this statement)
-                r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
-                    SELECT 1 FROM {workflows} cur
-                    WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
-                      AND cur.status = r.set_status
-                      AND cur.attempt = r.attempt + r.attempt_inc
-                      AND (r.run_at IS NULL OR cur.run_at = r.run_at))
-       END AS stored
-FROM r
-LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
-LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch;
+-- It returns the executions (id, epoch) none of whose rows it stored: fenced out. A batch that
+-- stored everything returns no row, and the worker decodes nothing.
+SELECT x.id, x.epoch
+FROM (
+    SELECT r.id, r.epoch,
+           CASE WHEN w.id IS NOT NULL THEN r.step IS NULL OR s.workflow_id IS NOT NULL
+                ELSE
+                    -- not written now: already applied by an earlier send of the same request?
+                    -- (this reads the workflow as it was before this statement)
+                    r.set_status IS DISTINCT FROM r.require_status AND EXISTS (
+                        SELECT 1 FROM {workflows} cur
+                        WHERE cur.id = r.id AND cur.lease_epoch = r.epoch
+                          AND cur.status = r.set_status
+                          AND cur.attempt = r.attempt + r.attempt_inc
+                          AND (r.run_at IS NULL OR cur.run_at = r.run_at))
+           END AS stored
+    FROM r
+    LEFT JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch
+    LEFT JOIN s ON s.workflow_id = r.id AND s.lease_epoch = r.epoch
+) AS x
+GROUP BY x.id, x.epoch
+HAVING NOT bool_or(x.stored);
 
 -- name: partition_targets
 -- Where the partitioned layout's group commit writes the runs of one workflows partition

@@ -250,14 +250,16 @@ def flush(
     by_partition: dict[int | None, list[tuple[Request, ...]]] = {}
     for group in groups:
         by_partition.setdefault(group[0].partition if targets is not None else None, []).append(group)
-    written: set[tuple[UUID, int]] = set()
+    fenced: set[tuple[UUID, int]] = set()
     for partition, part in by_partition.items():
-        written |= _write_in_partition(conn, part, partition, targets, started)
+        fenced |= _write_in_partition(conn, part, partition, targets, started)
         started = None
-    for group in groups:
-        ok = group[0].key in written
-        for r in group:
-            r.ok = ok
+    if fenced:
+        for r in batch:
+            r.ok = r.key not in fenced
+    else:
+        for r in batch:
+            r.ok = True
     open_in_turn(batch)
 
 
@@ -269,7 +271,8 @@ def _write_in_partition(
     started: tuple[str, int] | None = None,
 ) -> set[tuple[UUID, int]]:
     """Write ``groups`` in the tables of ``partition``; if one is gone (renamed or dropped
-    by hand since it was looked up), through the parents, which find any run by key."""
+    by hand since it was looked up), through the parents, which find any run by key. Returns
+    the executions it stored nothing of (fenced out)."""
     where = targets.of(conn, partition) if targets is not None else PARENTS
     try:
         return _write(conn, groups, where, started)
@@ -286,7 +289,7 @@ def _write(
     where: Targets,
     started: tuple[str, int] | None = None,
 ) -> set[tuple[UUID, int]]:
-    """One statement: the (id, epoch) of the rows it stored.
+    """One statement: the (id, epoch) of the executions it stored nothing of (fenced out).
 
     The columns travel as array literals built here: a handful of C-speed string joins, where
     psycopg's generic list adaptation costs a Python-level pass per element and per list."""
@@ -324,7 +327,7 @@ def _write(
     statement = numbered("worker.flush", workflows=where.workflows, workflow_attempts=where.attempts)
     with psycopg.RawCursor(conn) as cur:
         cur.execute(statement.text, statement.args(params))
-        return {(row[0], row[1]) for row in cur.fetchall() if row[2]}
+        return {(row[0], row[1]) for row in cur.fetchall()}
 
 
 def _clamp(delay: float | None) -> float | None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import class_row
 
 from wfctl import storedjson
 from wfctl.context import HandledFailure, RecordedStep, Retrying
@@ -19,10 +19,9 @@ from wfctl.queries import numbered, numbered_spliced, q
 from wfctl.words import COMPLETED, HANDLED
 
 
-@dataclass(frozen=True)
-class ClaimRow:
-    """One row the claim statement returns (columns by name, see worker.claim). The row
-    without an id carries only retry_in: a rate limit held work back."""
+class ClaimRow(NamedTuple):
+    """One row the claim statement returns, its columns in this order (see worker.claim). The
+    row without an id carries only retry_in: a rate limit held work back."""
 
     id: UUID | None
     workflow_type: str
@@ -233,7 +232,7 @@ def claim(
     statement = (
         numbered_spliced("worker.claim", "worker.claim_pruned") if pruned else numbered("worker.claim")
     )
-    with psycopg.RawCursor(conn, row_factory=class_row(ClaimRow)) as cur:
+    with psycopg.RawCursor(conn, row_factory=claim_rows) as cur:
         rows = cur.execute(statement.text, statement.args(params)).fetchall()
     arrived = time.monotonic()
     if frontier is not None:
@@ -266,6 +265,16 @@ def claim(
         if row.id is not None
     ]
     return Batch(claimed, min(hints) if hints else None, idle=addressable and len(claimed) < room)
+
+
+def claim_rows(cursor: Any) -> Callable[[Sequence[Any]], ClaimRow]:
+    """The claim's rows as ``ClaimRow`` tuples, made straight from the values (a claim returns
+    dozens of rows of 22 columns: no dictionary or keyword arguments per row). The statement's
+    columns must be ClaimRow's, in its order."""
+    names = tuple(column.name for column in cursor.description or ())
+    if names != ClaimRow._fields:
+        raise psycopg.ProgrammingError(f"the claim returned columns {names}, not {ClaimRow._fields}")
+    return ClaimRow._make
 
 
 def _journal(value: Any) -> dict[int, RecordedStep]:

@@ -9,13 +9,17 @@ worker of one run opens, held shared by every other test and exclusively by an `
 
 The lock favours the writer: a test takes ``gate`` only to get into ``room`` and lets it go at
 once; an ``alone`` test keeps ``gate`` while it waits for ``room`` and while it runs, so no new
-test starts meanwhile and the ones in flight drain. Nothing here imports pytest.
+test starts meanwhile and the ones in flight drain. A thread that holds the lock already (a
+fixture that makes a template database inside a test) takes it again without locking: flock
+locks belong to open files, not to processes, so it would wait for itself, or for an ``alone``
+test that waits for it. Nothing here imports pytest.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,9 +46,24 @@ class RunLock:
         self.room = directory / "room.lock"
         for path in (self.gate, self.room):
             path.touch(exist_ok=True)
+        self._held = threading.local()  # this thread's depth of holds, shared or exclusive
+
+    def _depth(self) -> int:
+        return int(getattr(self._held, "depth", 0))
+
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        self._held.depth = self._depth() + 1
+        try:
+            yield
+        finally:
+            self._held.depth -= 1
 
     @contextmanager
     def shared(self) -> Iterator[None]:
+        if self._depth():  # held by this thread already, shared or exclusive
+            yield
+            return
         with open(self.gate, "rb") as gate, open(self.room, "rb") as room:
             fcntl.flock(gate, fcntl.LOCK_EX)
             try:
@@ -52,18 +71,22 @@ class RunLock:
             finally:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             try:
-                yield
+                with self._holding():
+                    yield
             finally:
                 fcntl.flock(room, fcntl.LOCK_UN)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
+        if self._depth():
+            raise RuntimeError("the run's lock is held shared by this thread: it cannot be made exclusive")
         with open(self.gate, "rb") as gate, open(self.room, "rb") as room:
             fcntl.flock(gate, fcntl.LOCK_EX)
             try:
                 fcntl.flock(room, fcntl.LOCK_EX)
                 try:
-                    yield
+                    with self._holding():
+                        yield
                 finally:
                     fcntl.flock(room, fcntl.LOCK_UN)
             finally:

@@ -1,6 +1,7 @@
 """The suite on several pytest-xdist workers (tests/parallel.py, conftest.py): the run's lock lets
 an ``alone`` test in only when the tests in flight have finished, and keeps new ones out until it
-is done; CI runs the README's test command; the modules the conftest marks ``alone`` exist."""
+is done; a test that holds it takes it again without waiting; CI runs the README's test command;
+the modules the conftest marks ``alone`` exist."""
 
 from __future__ import annotations
 
@@ -71,6 +72,55 @@ def test_an_alone_test_waits_for_the_tests_in_flight_and_keeps_new_ones_out(tmp_
         thread.join(30)
     assert events.index("alone in") > max(events.index("first out"), events.index("second out"))
     assert events.index("later in") > events.index("alone out")
+
+
+class Nested(threading.Thread):
+    """Takes the lock, waits to be told, then takes it again inside (a template database made
+    inside a test's own hold) and lets both go."""
+
+    def __init__(self, lock: RunLock, exclusive: bool) -> None:
+        super().__init__(daemon=True)
+        self.lock, self.exclusive = lock, exclusive
+        self.inside = threading.Event()
+        self.go_on = threading.Event()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        with self.lock.exclusive() if self.exclusive else self.lock.shared():
+            self.inside.set()
+            self.go_on.wait(30)
+            with self.lock.shared():
+                pass
+        self.done.set()
+
+
+def test_a_test_holding_the_lock_takes_it_again_while_an_alone_test_waits(tmp_path):
+    lock = RunLock(tmp_path / "locks")
+    test = Nested(lock, exclusive=False)
+    test.start()
+    assert test.inside.wait(30)
+    alone = Holder(lock, True, [], "alone")
+    alone.start()
+    wait_for(lambda: waiters(lock.room) == 1, timeout=30, what="the alone test to wait for the room")
+    test.go_on.set()
+    assert test.done.wait(30), "the nested hold waited for the alone test, which waited for it"
+    assert alone.inside.wait(30)
+    alone.release.set()
+    alone.join(30)
+
+
+def test_an_alone_test_takes_the_lock_again_shared_inside_its_own_hold(tmp_path):
+    lock = RunLock(tmp_path / "locks")
+    alone = Nested(lock, exclusive=True)
+    alone.start()
+    assert alone.inside.wait(30)
+    alone.go_on.set()
+    assert alone.done.wait(30), "the alone test waited for itself"
+    later = Holder(lock, False, [], "later")
+    later.start()
+    assert later.inside.wait(30)  # and let both holds go
+    later.release.set()
+    later.join(30)
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -81,41 +81,39 @@ def test_a_wait_that_gets_the_duty_with_a_burst_due_passes_it_to_the_next_in_the
     assert lock_holders(watch) == [(second.info.backend_pid, True)]
 
 
+def keeps_free_duty(sessions: Any, threads: int) -> tuple[Listening, psycopg.Connection[Any]]:
+    """A wait for the duty nobody holds, with ``threads`` free: it gets the lock and keeps it."""
+    watch, conn = sessions(), sessions()
+    duty = Listening(POOL, "w")
+    duty.send_wait(conn, LONG, threads)
+    assert finish(duty, conn) == Wait(got=True, passed=False)
+    assert lock_holders(watch) == [(conn.info.backend_pid, True)]
+    return duty, conn
+
+
 def test_a_wait_that_gets_the_duty_with_fewer_runs_due_than_its_threads_keeps_it(
     dsn: str, sessions: Any
 ) -> None:
-    watch, conn = sessions(), sessions()
     submit(dsn, 3)
-    duty = Listening(POOL, "w")
-    duty.send_wait(conn, LONG, 4)
-    assert finish(duty, conn) == Wait(got=True, passed=False)
-    assert lock_holders(watch) == [(conn.info.backend_pid, True)]
+    keeps_free_duty(sessions, 4)
 
 
 def test_runs_not_due_or_of_other_types_do_not_make_a_wait_pass_the_duty_on(dsn: str, sessions: Any) -> None:
-    watch, conn = sessions(), sessions()
     submit(dsn, 5, delay="1h")
     submit(dsn, 5, "mail")
     submit(dsn, 3)
-    duty = Listening(POOL, "w")
-    duty.send_wait(conn, LONG, 4)
-    assert finish(duty, conn) == Wait(got=True, passed=False)
-    assert lock_holders(watch) == [(conn.info.backend_pid, True)]
+    duty, conn = keeps_free_duty(sessions, 4)
     submit(dsn, 1)  # the fourth due run of the pool: a wait now would pass it on
     other, later = sessions(), Listening(POOL, "later")
     duty.release(conn)
     later.send_wait(other, LONG, 4)
     assert finish(later, other) == Wait(got=True, passed=True)
-    assert lock_holders(watch) == []
+    assert lock_holders(other) == []
 
 
 def test_a_wait_with_no_threads_to_fill_never_passes_the_duty_on(dsn: str, sessions: Any) -> None:
-    watch, conn = sessions(), sessions()
     submit(dsn, 10)
-    duty = Listening(POOL, "w")
-    duty.send_wait(conn, LONG, 0)
-    assert finish(duty, conn) == Wait(got=True, passed=False)
-    assert lock_holders(watch) == [(conn.info.backend_pid, True)]
+    keeps_free_duty(sessions, 0)
 
 
 def test_a_cancelled_wait_gets_nothing_and_leaves_the_holder_alone(dsn: str, sessions: Any) -> None:

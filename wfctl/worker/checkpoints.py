@@ -254,12 +254,8 @@ def flush(
     for partition, part in by_partition.items():
         fenced |= _write_in_partition(conn, part, partition, targets, started)
         started = None
-    if fenced:
-        for r in batch:
-            r.ok = r.key not in fenced
-    else:
-        for r in batch:
-            r.ok = True
+    for r in batch:
+        r.ok = not fenced or r.key not in fenced  # (no key hashed when nothing was fenced)
     open_in_turn(batch)
 
 

@@ -328,7 +328,7 @@ WITH r AS (
                 %(results)s::jsonb[], %(do_error)s::bool[], %(errors)s::text[],
                 %(attempt_inc)s::int[], %(run_at)s::timestamptz[], %(delays)s::float8[],
                 %(finish)s::bool[], %(attempts)s::int[], %(steps)s::int[], %(names)s::text[],
-                %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::timestamptz[],
+                %(step_status)s::text[], %(outputs)s::jsonb[], %(started)s::float8[],
                 %(step_errors)s::text[], %(tracebacks)s::text[], %(outcomes)s::text[],
                 %(timeouts)s::bool[], %(step_tries)s::int[], %(wait_kinds)s::text[])
          AS t(id, epoch, require_status, expect, set_status, set_step, do_output, set_output,
@@ -379,7 +379,8 @@ s AS (
     INSERT INTO workflow_steps AS ws (workflow_id, step_number, step_name, status, output_data,
                                       started_at, completed_at, error_message, attempt, lease_epoch,
                                       workflow_created_at, tries)
-    SELECT r.id, r.step, r.name, r.step_status, r.output, r.started, (SELECT wfctl_now()), r.step_error,
+    SELECT r.id, r.step, r.name, r.step_status, r.output, to_timestamp(r.started), (SELECT wfctl_now()),
+           r.step_error,
            r.attempt, r.epoch, w.created_at, coalesce(r.tries, 1)
     FROM r
     JOIN w ON w.id = r.id AND w.lease_epoch = r.epoch

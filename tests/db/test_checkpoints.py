@@ -1,5 +1,6 @@
-"""The flush statement's inputs: array literals built by hand must round-trip exactly, and a
-checkpoint followed by its completion in one batch travels as one row."""
+"""The flush statement's inputs: array literals built by hand must round-trip exactly, a step's
+start time is stored to the microsecond, and a checkpoint followed by its completion in one
+batch travels as one row."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from support import run_states as states
 
 from wfctl.worker.checkpoints import Request, _array, _text_array, merge
 
@@ -46,3 +48,21 @@ def test_checkpoint_and_completion_merge():
     assert rows == [(step_a, done_a), (step_b,)]
     # a completion whose checkpoint already went out travels alone
     assert merge([done_a]) == [(done_a,)]
+
+
+@pytest.mark.parametrize(
+    "started",
+    [
+        datetime(2026, 12, 7, 21, 3, 4, 567891, tzinfo=UTC),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2106, 2, 7, 6, 28, 16, 1, tzinfo=UTC),
+    ],
+)
+def test_step_start_time_is_stored_to_the_microsecond(dsn, conn, started):
+    states.submitted(dsn, "timed")
+    c = states.claim(conn, "timed")
+    states.written(conn, Request(c.id, c.epoch, "step", c.attempt, step=1, name="s", started=started))
+    stored = conn.execute(
+        "SELECT started_at FROM workflow_steps WHERE workflow_id = %s AND step_number = 1", (c.id,)
+    ).fetchone()[0]
+    assert stored == started

@@ -101,6 +101,7 @@ class Execution:
         caller: Caller | None = None,
     ) -> None:
         self.claimed = claimed
+        self.id = str(claimed.id)  # for the log lines (made once: a uuid's str() is Python code)
         self._leases = leases
         self._caller = caller or Caller()  # the worker's: timeouts, abandoned calls, its event loop
         self._transactions = transactions
@@ -131,10 +132,6 @@ class Execution:
         self.in_flight: tuple[int, str] | None = None  # the step number and name it runs now
         self.write_error: BaseException | None = None  # a write failed (not fenced): the database
         self.crash: str | None = None  # why the run ended without any final write being tried
-
-    @property
-    def id(self) -> str:
-        return str(self.claimed.id)
 
     @property
     def key(self) -> tuple[UUID, int]:

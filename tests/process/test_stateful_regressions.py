@@ -368,7 +368,13 @@ def test_a_lowered_limit_holds_back_new_claims_not_the_runs_already_leased(sf):
     first = [sf.submit([["gate", 0]]) for _ in range(4)]
     sf.start(3)
     sf.start(3)
-    wait_for(lambda: sf.status_count(TYPE, "running") == 4, what="four runs in their gates")
+    # in their gates: each one's step has begun (its line in the effects log). "running" alone
+    # is not enough: a worker may hold one of them claimed ahead of a free thread and hand it
+    # back a second later, pending again, and a claim after the limit may then take a later run
+    wait_for(
+        lambda: all(sf.ran(w) for w in first) and sf.status_count(TYPE, "running") == 4,
+        what="four runs in their gates",
+    )
     sf.limit(TYPE, "--concurrency", "1")
     # a claim whose statement began before the limit committed may still take the type's runs
     # as unlimited (check_limits exempts it: the limit applies from the next claim); submit

@@ -16,7 +16,6 @@ from wfctl.registry import load_app
 from wfctl.worker import options as worker_options
 from wfctl.worker.log import WorkerLog
 from wfctl.worker.options import default_text
-from wfctl.worker.runner import Worker
 
 
 def worker(
@@ -155,6 +154,8 @@ def worker(
             )
     dsn_value = session.dsn()
     log = WorkerLog(options.log_format, quiet=quiet)  # type: ignore[arg-type]  # WorkerOptions refuses others
+    from wfctl.worker.runner import Worker  # (only this command loads the engine)
+
     code = Worker(dsn_value, registry, options, log).run()
     raise typer.Exit(code)
 

@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from support import run_states as states
 
+from wfctl.operations import WaitKind
+from wfctl.words import HANDLED, RETRYING, STATUSES
 from wfctl.worker.checkpoints import Request, _array, _text_array, merge
 
 TRICKY = ['{"a": "b\\"c"}', None, "x,y", "back\\slash", '"q"', "NULL", "", " sp ", "{}", "ünï"]
@@ -31,6 +33,12 @@ def test_text_array_round_trips(conn):
 )
 def test_plain_arrays_round_trip(conn, values, sql_type):
     assert conn.execute(f"SELECT %s::{sql_type}", (_array(values),)).fetchone()[0] == values
+
+
+def test_the_words_the_flush_sends_unquoted_round_trip(conn):
+    # statuses, step statuses, wait kinds and outcomes travel without quotes (checkpoints._write)
+    words = [*STATUSES, HANDLED, RETRYING, *map(str, WaitKind), "parked", "error", "released", None]
+    assert conn.execute("SELECT %s::text[]", (_array(words),)).fetchone()[0] == words
 
 
 def test_json_texts_become_jsonb(conn):

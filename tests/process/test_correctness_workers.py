@@ -22,6 +22,10 @@ import wfctl
 pytestmark = pytest.mark.layouts
 
 APP = "correctflows"
+# For the tests that read the error of a run's last attempt: the workers' 200 ms heartbeat with
+# 25 missed beats before they count as dead (5 s, not 0.6 s), so a loaded machine's stall of the
+# worker is not mistaken for its death, which would end the run "abandoned" instead.
+STEADY = ("--missed-beats", "25")
 
 
 def rows(dsn: str, sql: str, *params: object) -> list[tuple]:
@@ -69,7 +73,7 @@ def heartbeats_pass(dsn: str, worker_pid: int, beats: int = 2) -> None:
 @pytest.mark.slow
 def test_step_name_too_long_is_refused_before_the_step_runs(workers, dsn):
     wid = str(wfctl.submit(dsn, "c-longname"))
-    proc = workers.start(app=APP)
+    proc = workers.start(*STEADY, app=APP)
     wait_status(dsn, wid, "failed")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
@@ -84,7 +88,7 @@ def test_step_name_too_long_is_refused_before_the_step_runs(workers, dsn):
 @pytest.mark.slow
 def test_system_exit_in_a_step_is_a_counted_attempt(workers, dsn):
     wid = str(wfctl.submit(dsn, "c-exit"))
-    proc = workers.start(app=APP)
+    proc = workers.start(*STEADY, app=APP)
     wait_status(dsn, wid, "failed")
     attempt, error = one(dsn, "SELECT attempt, error_message FROM workflows WHERE id = %s", wid)
     assert attempt == 2 and "SystemExit" in error
@@ -99,7 +103,7 @@ def test_refused_checkpoint_counts_and_never_completes_without_it(workers, dsn):
     """The step's result overflows jsonb's numeric: the checkpoint is refused. Before: the run
     completed with no step row, or was requeued forever without counting an attempt."""
     wid = str(wfctl.submit(dsn, "c-huge"))
-    proc = workers.start(app=APP)
+    proc = workers.start(*STEADY, app=APP)
     wait_status(dsn, wid, "completed", "failed")
     status, attempt, step, error = one(
         dsn, "SELECT status, attempt, current_step, error_message FROM workflows WHERE id = %s", wid

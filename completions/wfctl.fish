@@ -237,7 +237,7 @@ complete -c wfctl -n '__fish_seen_subcommand_from wait' -l json -d 'Print JSON o
 complete -c wfctl -n '__fish_seen_subcommand_from wait' -l help -s h -d 'Show help and exit'
 complete -c wfctl -n '__fish_seen_subcommand_from wait; and test (count (commandline -opc)) -eq 2' -a '(command wfctl complete-values ids (commandline -ct) 2>/dev/null)'
 complete -c wfctl -n '__fish_seen_subcommand_from worker' -l app -x -d 'Module that registers the workflows (default: [worker] app)'
-complete -c wfctl -n '__fish_seen_subcommand_from worker' -l concurrency -s c -x -d 'Workflows run at once (default 32)'
+complete -c wfctl -n '__fish_seen_subcommand_from worker' -l concurrency -s c -x -d 'Workflows run at once (default 64)'
 complete -c wfctl -n '__fish_seen_subcommand_from worker' -l types -x -d 'Only these types, comma-separated'
 complete -c wfctl -n '__fish_seen_subcommand_from worker' -l heartbeat -x -d 'Heartbeat interval (default 10s)'
 complete -c wfctl -n '__fish_seen_subcommand_from worker' -l grace -x -d 'On SIGTERM, how long running steps may take (default 30s)'

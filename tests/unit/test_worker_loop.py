@@ -207,7 +207,7 @@ def test_options_flags_over_config_over_defaults():
     assert (got.concurrency, got.heartbeat, got.poll, got.listen, got.prepare) == (4, 2.0, 0.25, False, False)
     assert resolve({"concurrency": 4}, concurrency=2, no_listen=True).concurrency == 2
     assert resolve({}, grace="0s").grace == 0.0
-    assert default_text("heartbeat") == "10s" and default_text("concurrency") == "32"
+    assert default_text("heartbeat") == "10s" and default_text("concurrency") == "64"
     with pytest.raises(InvalidInput, match="--concurrency"):
         WorkerOptions(concurrency=0)
     with pytest.raises(InvalidInput, match="--log-format"):

@@ -22,7 +22,7 @@ MAX_BURST_WAIT = 3600.0
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    concurrency: int = 32  # workflows run at once (threads); docs/decisions/2026-12-03-32-threads.md
+    concurrency: int = 64  # workflows run at once (threads); docs/decisions/2026-12-08-64-threads.md
     types: list[str] | None = None  # only these types (None: every type the app registers)
     heartbeat: float = 10.0  # seconds between heartbeats
     grace: float = 30.0  # seconds running steps get after SIGTERM
